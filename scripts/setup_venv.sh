@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# Build the project's virtual environment at .venv (CPU machines, offline except package registries).
+#
+# sglang 0.5.23's full dependency set pulls CUDA-only kernels (sgl-kernel, flashinfer, ...) that
+# cannot import on a CPU machine, so this is a lean install: the pinned torch/triton stack, then
+# sglang without its dependencies, then the subset SGLang's CPU serving path imports.
+# GPU users do not use this script: see README.md ("Installing beside a GPU sglang").
+set -euo pipefail
+cd "$(dirname "$0")/.."
+VENV=${VENV:-.venv}
+PY=${PYTHON:-python3.11}
+STAMP="$VENV/.sglang_asd_setup_v1"
+if [ -f "$STAMP" ] && cmp -s "$STAMP" scripts/requirements-cpu.txt; then
+  echo "[setup] $VENV is up to date"; exit 0
+fi
+start=$(date +%s)
+"$PY" -m venv "$VENV"
+PIP="$VENV/bin/python -m pip"
+$PIP install -q --upgrade pip wheel
+echo "[setup] torch stack (CUDA wheel; runs on CPU)"
+$PIP install -q "torch==2.14.1" "torchvision==0.29.1" "triton~=3.8.0"
+echo "[setup] sglang==0.5.23 (no deps)"
+$PIP install -q --no-deps "sglang==0.5.23"
+echo "[setup] serving dependencies"
+$PIP install -q -r scripts/requirements-cpu.txt
+echo "[setup] sglang_asd (editable)"
+$PIP install -q --no-deps -e .
+cp scripts/requirements-cpu.txt "$STAMP"
+echo "[setup] done in $(( $(date +%s) - start )) s; $(du -sh "$VENV" | cut -f1)"

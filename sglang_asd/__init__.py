@@ -1,0 +1,3 @@
+"""sglang-asd: Approximate Speculative Decoding for SGLang."""
+
+__version__ = "0.1.0"
