@@ -1,0 +1,167 @@
+"""``python -m sglang_asd.launch_server <any sglang server args> [--asd-...]``
+
+Starts a real SGLang server whose speculative verify step uses ASD. Every SGLang argument is
+passed through unchanged (including ``--config file.yaml``, whose ``asd-*`` keys are read here).
+With no ``--model-path`` it serves the embedded CPU demo (SmolLM2-135M-Instruct with a noisy
+self-draft, STANDALONE speculative decoding), built offline on first use.
+"""
+
+from __future__ import annotations
+
+# Must run before anything imports SGLang, in the launcher and in every spawned child (each child
+# imports this module as ``__mp_main__`` before it unpickles its target).
+from sglang_asd.sglang_seams.process import prepare_process
+
+prepare_process()
+
+import argparse  # noqa: E402
+import functools  # noqa: E402
+import logging  # noqa: E402
+import os  # noqa: E402
+import socket  # noqa: E402
+import sys  # noqa: E402
+
+from sglang_asd import server_settings  # noqa: E402
+
+logger = logging.getLogger("sglang_asd.launch_server")
+
+
+class LaunchError(SystemExit):
+    """A start-up problem the user can fix: printed as one line, exit status 2."""
+
+    def __init__(self, message: str):
+        super().__init__(2)
+        self.message = message
+
+
+def _flag_value(argv: list[str], flag: str) -> str | None:
+    for i, arg in enumerate(argv):
+        if arg == flag and i + 1 < len(argv):
+            return argv[i + 1]
+        if arg.startswith(flag + "="):
+            return arg.split("=", 1)[1]
+    return None
+
+
+def _has_flag(argv: list[str], flag: str) -> bool:
+    return any(a == flag or a.startswith(flag + "=") for a in argv)
+
+
+def _merge_config(argv: list[str]) -> list[str]:
+    """Expand ``--config file.yaml`` with a parser that knows SGLang's and our flags."""
+    if "--config" not in argv:
+        return argv
+    from sglang.srt.server_args import ServerArgs
+    from sglang.srt.utils.server_args_config_parser import ConfigArgumentMerger
+
+    parser = argparse.ArgumentParser(prog="sglang_asd.launch_server")
+    ServerArgs.add_cli_args(parser)
+    server_settings.add_cli_args(parser)
+    return ConfigArgumentMerger(parser).merge_config_with_args(argv)
+
+
+def demo_args() -> list[str]:
+    """The embedded default: real weights a newcomer can read, speculative decoding on."""
+    from sglang_asd.fixtures import fixture_path
+
+    return [
+        "--model-path", str(fixture_path("smollm2-135m")),
+        "--speculative-algorithm", "STANDALONE",
+        "--speculative-draft-model-path", str(fixture_path("smollm2-135m-draft")),
+        "--speculative-num-steps", "4",
+        "--speculative-eagle-topk", "1",
+        "--speculative-num-draft-tokens", "5",
+        "--asd-default-budget", "0",
+    ]
+
+
+def cpu_defaults(argv: list[str]) -> list[str]:
+    """Working defaults on a CPU-only machine, for flags the user did not set."""
+    extra: list[str] = []
+    if not _has_flag(argv, "--device"):
+        extra += ["--device", "cpu"]
+    if not _has_flag(argv, "--attention-backend"):
+        extra += ["--attention-backend", "intel_amx"]
+    if not _has_flag(argv, "--mem-fraction-static"):
+        extra += ["--mem-fraction-static", "0.3"]
+    if not _has_flag(argv, "--max-running-requests"):
+        extra += ["--max-running-requests", "64"]
+    return argv + extra
+
+
+def check_start(argv: list[str]) -> None:
+    """Fail fast, in one line, on the mistakes a user makes most."""
+    for flag in ("--model-path", "--speculative-draft-model-path"):
+        path = _flag_value(argv, flag)
+        # Local paths only: "org/name" is a hub id, which SGLang resolves itself.
+        if path is not None and path.startswith((".", "/", "~")) and not os.path.exists(os.path.expanduser(path)):
+            raise LaunchError(f"{flag} {path!r} does not exist")
+    host = _flag_value(argv, "--host") or "127.0.0.1"
+    port = int(_flag_value(argv, "--port") or 30000)
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind((host, port))
+        except OSError as e:
+            raise LaunchError(f"--port {port} on {host} is not free ({e.strerror}); pick another with --port")
+
+
+def build_argv(argv: list[str]) -> tuple[server_settings.ASDServerSettings, list[str]]:
+    argv = _merge_config(list(argv))
+    settings, rest = server_settings.split_argv(argv)
+    if not (_has_flag(rest, "--model-path") or _has_flag(rest, "--model")):
+        demo_settings, demo_rest = server_settings.split_argv(demo_args())
+        if settings == server_settings.ASDServerSettings():
+            settings = demo_settings
+        rest = demo_rest + rest
+    from sglang_asd import cpu_backend
+
+    if cpu_backend.is_installed():
+        rest = cpu_defaults(rest)
+    return settings, rest
+
+
+def main(argv: list[str] | None = None) -> None:
+    argv = sys.argv[1:] if argv is None else argv
+    if "-h" in argv or "--help" in argv:
+        from sglang.srt.server_args import ServerArgs
+
+        parser = argparse.ArgumentParser(prog="python -m sglang_asd.launch_server")
+        ServerArgs.add_cli_args(parser)
+        server_settings.add_cli_args(parser)
+        parser.print_help()
+        return
+    try:
+        settings, sglang_argv = build_argv(argv)
+        check_start(sglang_argv)
+    except LaunchError as e:
+        print(f"sglang_asd.launch_server: error: {e.message}", file=sys.stderr)
+        raise
+    except ValueError as e:
+        print(f"sglang_asd.launch_server: error: {e}", file=sys.stderr)
+        raise SystemExit(2)
+
+    from sglang.srt.plugins import load_plugins
+    from sglang.srt.server_args import prepare_server_args
+    from sglang.srt.utils import kill_process_tree
+
+    from sglang_asd import sglang_seams
+    from sglang_asd.sglang_seams.process import run_scheduler_process
+
+    sglang_seams.install_frontend_hooks(settings)
+    load_plugins()
+    server_args = prepare_server_args(sglang_argv)
+    logger.info("ASD settings: %s", settings.to_dict())
+    try:
+        from sglang.srt.entrypoints.http_server import launch_server
+
+        launch_server(
+            server_args,
+            run_scheduler_process_func=functools.partial(run_scheduler_process, settings),
+        )
+    finally:
+        kill_process_tree(os.getpid(), include_parent=False)
+
+
+if __name__ == "__main__":
+    main()

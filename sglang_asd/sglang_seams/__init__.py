@@ -1,0 +1,139 @@
+"""The only package of sglang-asd that imports SGLang: hooks, the device ledger, API, receipts.
+
+Every seam is a module named after what it hooks and documents target, hook kind, process, why,
+how, upstream status, removal plan and tested versions. ``install_*`` registers the hooks with
+SGLang's ``HookRegistry``, applies them and then checks that every target (and every by-name
+binding of it) really is wrapped: SGLang only logs a hook that failed to apply, and a server that
+silently verified strictly would lie to its users, so a missing hook stops the process.
+
+Processes:
+- launcher / HTTP server (tokenizer manager): ``install_frontend_hooks`` (request validation,
+  OpenAI fields, receipts in responses; CPU platform facts for argument resolution).
+- each scheduler (every TP rank): ``install_scheduler_hooks`` (ledger, verify, receipts, metrics).
+- detokenizer: nothing.
+"""
+
+from __future__ import annotations
+
+import importlib
+import logging
+from typing import Callable, Iterable
+
+from sglang_asd.server_settings import ASDServerSettings
+
+logger = logging.getLogger(__name__)
+
+_HOOK_MARK = "__sglang_asd_hook__"
+
+
+class HookNotInstalled(RuntimeError):
+    pass
+
+
+def _marked(hook: Callable) -> Callable:
+    setattr(hook, _HOOK_MARK, True)
+    return hook
+
+
+def _is_wrapped(obj) -> bool:
+    """True if ``obj`` is a HookRegistry wrapper around one of our hooks (at any depth)."""
+    fn = getattr(obj, "__func__", obj)
+    seen = 0
+    while fn is not None and seen < 16:
+        closure = getattr(fn, "__closure__", None) or ()
+        if any(getattr(c.cell_contents, _HOOK_MARK, False) for c in closure if _cell_ok(c)):
+            return True
+        fn = getattr(fn, "__wrapped__", None)
+        seen += 1
+    return False
+
+
+def _cell_ok(cell) -> bool:
+    try:
+        cell.cell_contents
+        return True
+    except ValueError:
+        return False
+
+
+def _resolve(path: str):
+    module, _, attr = path.rpartition(".")
+    try:
+        return getattr(importlib.import_module(module), attr)
+    except ModuleNotFoundError:
+        owner_path, _, owner_attr = module.rpartition(".")
+        owner = getattr(importlib.import_module(owner_path), owner_attr)
+        return owner.__dict__.get(attr, getattr(owner, attr))
+
+
+def _register_and_apply(hooks: Iterable[tuple[str, Callable]], preload: Iterable[str] = ()) -> None:
+    from sglang.srt.plugins.hook_registry import HookRegistry, HookType
+
+    for module in preload:  # by-name importers must be loaded before the registry rebinds names
+        importlib.import_module(module)
+    for target, hook in hooks:
+        if target in HookRegistry._patched or any(h is hook for _, h, _ in HookRegistry._hooks.get(target, ())):
+            continue
+        HookRegistry.register(target, _marked(hook), HookType.AROUND)
+    HookRegistry.apply_hooks()
+
+
+def check_installed(targets: Iterable[str], bindings: Iterable[tuple[str, str]] = ()) -> None:
+    """Raise unless every target and every ``(module, name)`` binding is our wrapper."""
+    missing = [t for t in targets if not _is_wrapped(_resolve(t))]
+    for module, name in bindings:
+        if not _is_wrapped(getattr(importlib.import_module(module), name)):
+            missing.append(f"{module}.{name}")
+    if missing:
+        raise HookNotInstalled(
+            "sglang_asd: these hooks are not in place, refusing to serve (ASD would silently be strict): "
+            + ", ".join(missing)
+        )
+
+
+def scheduler_hooks() -> list[tuple[str, Callable]]:
+    from sglang_asd.sglang_seams import eagle_sample, req_to_token_pool, scheduler
+
+    return [
+        (eagle_sample.EAGLE_SAMPLE, eagle_sample.eagle_sample_around),
+        (eagle_sample.VERIFY_TREE_GREEDY, eagle_sample.verify_tree_greedy_around),
+        (req_to_token_pool.TARGETS[0], req_to_token_pool.alloc_around),
+        (req_to_token_pool.TARGETS[1], req_to_token_pool.free_rows_around),
+        (scheduler.CREATE_REQ, scheduler.create_generation_req_around),
+        (scheduler.STREAMER_CLASS, scheduler.output_streamer_class_around),
+        (scheduler.INIT_METRICS, scheduler.init_metrics_collector_around),
+    ]
+
+
+def install_scheduler_hooks(settings: ASDServerSettings) -> None:
+    """Scheduler process: install, apply and verify every scheduler-side hook."""
+    from sglang_asd.sglang_seams import eagle_sample
+    from sglang_asd.sglang_seams.runtime import set_runtime
+
+    set_runtime(settings)
+    hooks = scheduler_hooks()
+    _register_and_apply(hooks, preload=eagle_sample.EAGLE_SAMPLE_BINDINGS + eagle_sample.VERIFY_TREE_GREEDY_BINDINGS)
+    check_installed(
+        [t for t, _ in hooks],
+        bindings=[(m, "eagle_sample") for m in eagle_sample.EAGLE_SAMPLE_BINDINGS]
+        + [(m, "verify_tree_greedy_func") for m in eagle_sample.VERIFY_TREE_GREEDY_BINDINGS],
+    )
+    logger.info("sglang_asd: %d scheduler hooks installed and verified", len(hooks))
+
+
+def frontend_hooks() -> list[tuple[str, Callable]]:
+    from sglang_asd.sglang_seams import http_api
+
+    return http_api.hooks()
+
+
+def install_frontend_hooks(settings: ASDServerSettings) -> None:
+    """Launcher / HTTP process: request fields, receipts in responses, CPU platform facts."""
+    from sglang_asd.sglang_seams import http_api, platform
+
+    platform.apply()
+    http_api.configure(settings)
+    hooks = frontend_hooks()
+    _register_and_apply(hooks, preload=http_api.PRELOAD)
+    check_installed([t for t, _ in hooks])
+    logger.info("sglang_asd: %d frontend hooks installed and verified", len(hooks))

@@ -1,0 +1,235 @@
+"""The HTTP side of ASD: the request fields and the receipts in responses (launcher process).
+
+Request fields ``asd_budget``, ``asd_gate``, ``asd_max_exceptions_per_block``:
+- native ``/generate``: inside ``sampling_params`` (an object or a list of them);
+- ``/v1/completions``, ``/v1/chat/completions``: top level (what OpenAI clients send through
+  ``extra_body``) or inside ``custom_params``.
+
+An ASGI middleware validates them and moves them into ``custom_params`` (the per-request
+extension point of SGLang's ``SamplingParams``, which survives IPC to the scheduler) before
+FastAPI parses the body. A bad value is answered with HTTP 400 naming the field and the value, in
+SGLang's error shape for that route; nothing reaches the engine.
+
+Receipts: ``TokenizerManager.update_request_meta_info`` (AROUND) sets ``meta_info["asd"]`` to the
+request's latest receipt (SGLang would accumulate it as a list); the OpenAI response builders
+(AROUND) add ``choices[i].asd`` and a top-level ``asd`` (choice 0); the OpenAI streaming handlers
+(AROUND) add ``asd`` to the chunk that carries a choice's ``finish_reason``.
+
+Upstream: none. Per-request extension fields on the OpenAI request models and a response-side
+extension dict would remove the middleware and the response hooks; proposed in patches/.
+Removal: when SGLang forwards unknown ``extra_body`` fields into ``custom_params``.
+Tested on: sglang 0.5.23.
+"""
+
+from __future__ import annotations
+
+import collections
+import json
+from typing import Any, Optional
+
+from sglang_asd.policy import validate_budget, validate_cap, validate_gate
+from sglang_asd.request_ledger import BUDGET_KEY, CAP_KEY, GATE_KEY, REQUEST_KEYS
+from sglang_asd.server_settings import ASDServerSettings
+
+RECEIPT_KEY = "asd"
+GENERATE_ROUTES = ("/generate",)
+OPENAI_ROUTES = ("/v1/completions", "/v1/chat/completions")
+
+UPDATE_META = "sglang.srt.managers.tokenizer_manager.TokenizerManager.update_request_meta_info"
+BUILD_COMPLETION = "sglang.srt.entrypoints.openai.serving_completions.OpenAIServingCompletion._build_completion_response"
+BUILD_CHAT = "sglang.srt.entrypoints.openai.serving_chat.OpenAIServingChat._build_chat_response"
+STREAM_COMPLETION = "sglang.srt.entrypoints.openai.serving_completions.OpenAIServingCompletion._handle_streaming_request"
+STREAM_CHAT = "sglang.srt.entrypoints.openai.serving_chat.OpenAIServingChat._handle_streaming_request"
+PRELOAD = (
+    "sglang.srt.managers.tokenizer_manager",
+    "sglang.srt.entrypoints.openai.serving_completions",
+    "sglang.srt.entrypoints.openai.serving_chat",
+    "sglang.srt.entrypoints.http_server",
+)
+
+_SETTINGS = ASDServerSettings()
+# Latest receipt per request id, for the OpenAI streaming chunks (bounded; popped when emitted).
+_STREAM_RECEIPTS: "collections.OrderedDict[str, dict]" = collections.OrderedDict()
+_STREAM_RECEIPTS_MAX = 65536
+
+
+def configure(settings: ASDServerSettings) -> None:
+    global _SETTINGS
+    _SETTINGS = settings
+
+
+# ---------------------------------------------------------------- request validation
+
+
+def validate_fields(fields: dict, settings: ASDServerSettings) -> dict:
+    """Validated ASD fields of one request; raises ValueError with a user-facing message."""
+    out = {}
+    if fields.get(BUDGET_KEY) is not None:
+        out[BUDGET_KEY] = validate_budget(fields[BUDGET_KEY], settings.max_budget)
+    if fields.get(GATE_KEY) is not None:
+        out[GATE_KEY] = validate_gate(fields[GATE_KEY], settings.gate)
+    if fields.get(CAP_KEY) is not None:
+        out[CAP_KEY] = validate_cap(fields[CAP_KEY], settings.max_exceptions_per_block)
+    return out
+
+
+def _move_into_custom_params(holder: dict, source: dict, settings: ASDServerSettings) -> None:
+    """Pop ASD fields from ``source``, validate, and merge them into ``holder["custom_params"]``."""
+    custom = holder.get("custom_params")
+    if custom is not None and not isinstance(custom, dict):
+        raise ValueError(f"custom_params must be an object, got {custom!r}")
+    fields = {k: source.pop(k) for k in REQUEST_KEYS if k in source}
+    nested = {k: custom[k] for k in REQUEST_KEYS if custom and k in custom}
+    for k in fields.keys() & nested.keys():
+        if fields[k] != nested[k]:
+            raise ValueError(f"{k} is given twice with different values: {fields[k]!r} and custom_params.{k}={nested[k]!r}")
+    merged = validate_fields({**nested, **fields}, settings)
+    if merged:
+        holder["custom_params"] = {**(custom or {}), **merged}
+
+
+def rewrite_body(path: str, body: Any, settings: ASDServerSettings) -> Any:
+    """Move and validate the ASD fields of a request body in place; raises ValueError."""
+    if not isinstance(body, dict):
+        return body
+    if path in GENERATE_ROUTES:
+        params = body.get("sampling_params")
+        for p in params if isinstance(params, list) else [params]:
+            if isinstance(p, dict):
+                _move_into_custom_params(p, p, settings)
+    else:
+        _move_into_custom_params(body, body, settings)
+    return body
+
+
+def _error_body(path: str, message: str) -> bytes:
+    if path in GENERATE_ROUTES:
+        return json.dumps({"error": message}).encode()
+    return json.dumps(
+        {"object": "error", "message": message, "type": "BadRequestError", "param": None, "code": 400}
+    ).encode()
+
+
+class ASDRequestMiddleware:
+    """Pure ASGI middleware (no response buffering, streaming unaffected)."""
+
+    def __init__(self, app):
+        self.app = app
+
+    async def __call__(self, scope, receive, send):
+        path = scope.get("path", "")
+        if scope["type"] != "http" or scope.get("method") not in ("POST", "PUT") or path not in GENERATE_ROUTES + OPENAI_ROUTES:
+            return await self.app(scope, receive, send)
+        chunks = []
+        while True:
+            message = await receive()
+            chunks.append(message.get("body", b""))
+            if not message.get("more_body"):
+                break
+        raw = b"".join(chunks)
+        try:
+            body = json.loads(raw) if raw else None
+        except ValueError:
+            body = None  # not JSON: let SGLang answer as it always does
+        if body is not None:
+            try:
+                raw = json.dumps(rewrite_body(path, body, _SETTINGS)).encode()
+            except ValueError as e:
+                payload = _error_body(path, str(e))
+                await send({"type": "http.response.start", "status": 400,
+                            "headers": [(b"content-type", b"application/json"),
+                                        (b"content-length", str(len(payload)).encode())]})
+                await send({"type": "http.response.body", "body": payload})
+                return
+        headers = [(k, v) for k, v in scope.get("headers", []) if k.lower() != b"content-length"]
+        headers.append((b"content-length", str(len(raw)).encode()))
+        scope = dict(scope, headers=headers)
+        sent = False
+
+        async def replay():
+            nonlocal sent
+            if not sent:
+                sent = True
+                return {"type": "http.request", "body": raw, "more_body": False}
+            return await receive()
+
+        return await self.app(scope, replay, send)
+
+
+def add_middleware() -> None:
+    from sglang.srt.entrypoints.http_server import app
+
+    if not any(m.cls is ASDRequestMiddleware for m in app.user_middleware):
+        app.add_middleware(ASDRequestMiddleware)
+
+
+# ---------------------------------------------------------------- receipts
+
+
+def update_request_meta_info_around(original, self, meta_info, state, customized_info, index, finish_reason):
+    if RECEIPT_KEY in customized_info:
+        customized_info = dict(customized_info)
+        values = customized_info.pop(RECEIPT_KEY)[index]
+        if values:
+            meta_info[RECEIPT_KEY] = values[-1]
+            rid = meta_info.get("id")
+            if rid is not None:
+                _STREAM_RECEIPTS[rid] = values[-1]
+                _STREAM_RECEIPTS.move_to_end(rid)
+                while len(_STREAM_RECEIPTS) > _STREAM_RECEIPTS_MAX:
+                    _STREAM_RECEIPTS.popitem(last=False)
+    return original(self, meta_info, state, customized_info, index, finish_reason)
+
+
+def _with_receipts(response, ret: list):
+    from fastapi.responses import Response
+
+    receipts = [(item.get("meta_info") or {}).get(RECEIPT_KEY) for item in ret]
+    if not any(r is not None for r in receipts):
+        return response
+    for item in ret:
+        _STREAM_RECEIPTS.pop((item.get("meta_info") or {}).get("id"), None)
+    data = json.loads(response.model_dump_json(by_alias=True))
+    for choice, receipt in zip(data.get("choices", []), receipts):
+        choice[RECEIPT_KEY] = receipt
+    data[RECEIPT_KEY] = receipts[0]
+    return Response(content=json.dumps(data), media_type="application/json")
+
+
+def build_response_around(original, self, request, ret, *args, **kwargs):
+    return _with_receipts(original(self, request, ret, *args, **kwargs), ret)
+
+
+async def streaming_around(original, self, *args, **kwargs):
+    async for chunk in original(self, *args, **kwargs):
+        yield _stream_chunk_with_receipt(chunk)
+
+
+def _stream_chunk_with_receipt(chunk):
+    if not isinstance(chunk, str) or not chunk.startswith("data: {") or '"finish_reason"' not in chunk:
+        return chunk
+    try:
+        data = json.loads(chunk[len("data: "):])
+    except ValueError:
+        return chunk
+    changed = False
+    for choice in data.get("choices") or []:
+        if choice.get("finish_reason") is not None:
+            receipt = _STREAM_RECEIPTS.pop(data.get("id"), None)
+            if receipt is not None:
+                choice[RECEIPT_KEY] = receipt
+                changed = True
+    return f"data: {json.dumps(data)}\n\n" if changed else chunk
+
+
+def hooks() -> list:
+    add_middleware()
+    return [
+        (UPDATE_META, update_request_meta_info_around),
+        (BUILD_COMPLETION, build_response_around),
+        (BUILD_CHAT, build_response_around),
+        (STREAM_COMPLETION, streaming_around),
+        (STREAM_CHAT, streaming_around),
+    ]
+
+

@@ -1,0 +1,43 @@
+"""Per-process bootstrap: what must happen in every SGLang process before SGLang is imported.
+
+SGLang spawns its scheduler and detokenizer processes (``mp.set_start_method("spawn")``), so
+nothing the launcher did is inherited. Each spawned child first imports the launcher's main
+module as ``__mp_main__`` (standard ``multiprocessing`` spawn behaviour for ``python -m``), and
+``sglang_asd.launch_server`` calls :func:`prepare_process` at import, before any SGLang import.
+The scheduler entry point is also wrapped (:func:`run_scheduler_process`), which installs and
+checks the ASD hooks in that process and refuses to start the scheduler if one is missing.
+
+No SGLang import at module level here.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+
+logger = logging.getLogger(__name__)
+
+
+def prepare_process() -> bool:
+    """Make SGLang importable in this process. Returns True if the CPU stand-in was installed.
+
+    On a machine without CUDA and without a real ``sgl_kernel``, installs the plain-torch stand-in
+    (``sglang_asd.cpu_backend``) and selects SGLang's CPU engine. Never touches a GPU install.
+    """
+    from sglang_asd import cpu_backend
+
+    installed = cpu_backend.install()
+    if installed:
+        os.environ.setdefault("SGLANG_USE_CPU_ENGINE", "1")
+    return installed
+
+
+def run_scheduler_process(asd_settings, *args, **kwargs):
+    """Scheduler process entry: bootstrap, install + verify the ASD hooks, then SGLang's own entry."""
+    prepare_process()
+    from sglang_asd.sglang_seams import install_scheduler_hooks
+
+    install_scheduler_hooks(asd_settings)
+    from sglang.srt.managers.scheduler import run_scheduler_process as sglang_run_scheduler_process
+
+    return sglang_run_scheduler_process(*args, **kwargs)

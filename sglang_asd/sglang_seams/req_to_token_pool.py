@@ -1,0 +1,72 @@
+"""Seam: ``sglang.srt.mem_cache.memory_pool.ReqToTokenPool.alloc`` and ``.free_rows``.
+
+- Hook kind: AROUND (calls the original).
+- Process: scheduler (every TP rank).
+- Why: a request's device ledger row must be written when it takes a request-pool slot (first
+  admission, or resumption after retraction) and zeroed when it gives the slot back, so the verify
+  hot path can read every row's budget by ``req_pool_indices`` with no host sync and no Python
+  loop over requests.
+- How: after ``alloc`` returns, the requests that were given a new slot and are served with ASD
+  get their row: remaining = budget - host spent (the host mirror is exact at admission: a
+  retracted request is only re-admitted after its last in-flight batch was processed), gate, cap,
+  stop tokens. ``free_rows`` zeroes the rows it frees.
+- Upstream: none yet. A request-slot lifecycle callback (alloc/free) on ReqToTokenPool would make
+  this a registration instead of a hook; proposed in patches/.
+- Removal: when SGLang has per-request verify state of its own.
+- Tested on: sglang 0.5.23.
+"""
+
+from __future__ import annotations
+
+from sglang_asd.sglang_seams.ledger_table import ASDLedgerTable
+
+TARGETS = (
+    "sglang.srt.mem_cache.memory_pool.ReqToTokenPool.alloc",
+    "sglang.srt.mem_cache.memory_pool.ReqToTokenPool.free_rows",
+)
+
+
+def ledger_table(pool) -> ASDLedgerTable:
+    table = getattr(pool, "_asd_table", None)
+    if table is None:
+        table = ASDLedgerTable(pool._alloc_size, pool.device)
+        pool._asd_table = table
+    return table
+
+
+def _stop_tokens(req) -> set[int]:
+    stops = set(req.eos_token_ids or ())
+    stops |= set(req.sampling_params.stop_token_ids or ())
+    tok = getattr(req, "tokenizer", None)
+    if tok is not None:
+        if tok.eos_token_id is not None:
+            stops.add(tok.eos_token_id)
+        stops |= set(getattr(tok, "additional_stop_token_ids", None) or ())
+    return stops
+
+
+def alloc_around(original, self, reqs, *args, **kwargs):
+    had_slot = [r.kv.holds_kv for r in reqs]
+    result = original(self, reqs, *args, **kwargs)
+    if result is None:
+        return result
+    admitted = [
+        r for r, had in zip(reqs, had_slot)
+        if not had and getattr(r, "asd_ledger", None) is not None and r.asd_ledger.applied
+    ]
+    if admitted:
+        ledger_table(self).admit(
+            slots=[r.kv.req_pool_idx for r in admitted],
+            remaining=[r.asd_ledger.remaining for r in admitted],
+            gate=[r.asd_ledger.choice.gate for r in admitted],
+            cap=[r.asd_ledger.choice.max_exceptions_per_block for r in admitted],
+            stop_tokens=[_stop_tokens(r) for r in admitted],
+        )
+    return result
+
+
+def free_rows_around(original, self, indices, *args, **kwargs):
+    table = getattr(self, "_asd_table", None)
+    if table is not None and table.num_active:
+        table.release(list(indices))
+    return original(self, indices, *args, **kwargs)

@@ -1,0 +1,30 @@
+"""Per-process ASD runtime state (scheduler side): the server settings and the metrics sink."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Optional
+
+from sglang_asd.server_settings import ASDServerSettings
+
+
+@dataclasses.dataclass
+class SchedulerRuntime:
+    settings: ASDServerSettings
+    metrics: Optional[object] = None  # sglang_seams.metrics.ASDMetrics on the rank that exports
+
+
+_RUNTIME: Optional[SchedulerRuntime] = None
+
+
+def set_runtime(settings: ASDServerSettings) -> SchedulerRuntime:
+    global _RUNTIME
+    if _RUNTIME is None or _RUNTIME.settings != settings:
+        _RUNTIME = SchedulerRuntime(settings=settings)
+    return _RUNTIME
+
+
+def get_runtime() -> SchedulerRuntime:
+    if _RUNTIME is None:
+        raise RuntimeError("sglang_asd: ASD hooks are not installed in this process")
+    return _RUNTIME

@@ -1,0 +1,110 @@
+"""Seams on ``sglang.srt.managers.scheduler.Scheduler``: the request's ledger and its receipt.
+
+``Scheduler._create_generation_req`` (AROUND, scheduler process)
+- Why: the ledger lives on the scheduler's request object, created with the request from the
+  ``asd_*`` keys of ``sampling_params.custom_params`` (validated again here: the HTTP layer already
+  answered bad values with a 400, but the scheduler must not trust its input).
+- How: call the original, then attach ``req.asd_ledger`` (a ``RequestLedger``) with the reason
+  ASD does not apply, if any (budget 0, sampling request, server without speculative decoding).
+- Upstream: SGLang documents this method as the "extension point for request-local state".
+
+``Scheduler.get_output_streamer_class`` (AROUND, scheduler process)
+- Why: receipts travel in ``meta_info["asd"]``.
+- How: return a subclass of SGLang's streamer that adds a request-level customized-info key
+  ``"asd"`` (SGLang's ``build_additional_customized_info`` extension point).
+- Upstream: both are SGLang extension points; nothing to upstream.
+
+Removal plan for both: none needed beyond following SGLang's extension points. Tested on 0.5.23.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from sglang_asd.request_ledger import (
+    REASON_BUDGET_ZERO,
+    REASON_NO_SPEC,
+    REASON_SAMPLING,
+    RequestASD,
+    RequestLedger,
+)
+from sglang_asd.sglang_seams.runtime import get_runtime
+
+logger = logging.getLogger(__name__)
+
+CREATE_REQ = "sglang.srt.managers.scheduler.Scheduler._create_generation_req"
+STREAMER_CLASS = "sglang.srt.managers.scheduler.Scheduler.get_output_streamer_class"
+RECEIPT_KEY = "asd"
+
+
+def _reason(choice: RequestASD, sampling_params, spec_enabled: bool):
+    if not spec_enabled:
+        return REASON_NO_SPEC
+    if sampling_params.top_k != 1 and sampling_params.temperature >= 1e-6:  # greedy: top_k 1 after normalize()
+        return REASON_SAMPLING
+    if choice.budget <= 0 or choice.gate <= 0 or choice.max_exceptions_per_block <= 0:
+        return REASON_BUDGET_ZERO
+    return None
+
+
+def create_generation_req_around(original, self, recv_req, *args, **kwargs):
+    req = original(self, recv_req, *args, **kwargs)
+    runtime = get_runtime()
+    params = req.sampling_params
+    try:
+        choice = RequestASD.from_custom_params(params.custom_params, runtime.settings)
+    except ValueError as e:  # the HTTP layer rejects these first; a direct engine call may not
+        logger.warning("request %s: %s; serving it strictly", req.rid, e)
+        choice = RequestASD(budget=0.0, gate=0.0, max_exceptions_per_block=0)
+    reason = _reason(choice, params, not self.spec_algorithm.is_none())
+    req.asd_ledger = RequestLedger(choice=choice, reason=reason, max_events=runtime.settings.max_receipt_events)
+    if runtime.metrics is not None:
+        runtime.metrics.observe_request(reason)
+    return req
+
+
+def output_streamer_class_around(original, self):
+    base = original(self)
+    return _streamer_subclass(base)
+
+
+_STREAMER_CACHE: dict = {}
+
+
+def _streamer_subclass(base):
+    cls = _STREAMER_CACHE.get(base)
+    if cls is not None:
+        return cls
+
+    class ASDOutputStreamer(base):
+        __slots__ = ()
+        has_additional_customized_info = True
+
+        def build_additional_customized_info(self, reqs):
+            info = super().build_additional_customized_info(reqs)
+            info[RECEIPT_KEY] = [
+                [r.asd_ledger.receipt()] if getattr(r, "asd_ledger", None) is not None else [] for r in reqs
+            ]
+            return info
+
+        def is_request_level_customized_info_key(self, key: str) -> bool:
+            return key == RECEIPT_KEY or super().is_request_level_customized_info_key(key)
+
+    ASDOutputStreamer.__name__ = ASDOutputStreamer.__qualname__ = f"ASD{base.__name__}"
+    _STREAMER_CACHE[base] = ASDOutputStreamer
+    return ASDOutputStreamer
+
+
+INIT_METRICS = "sglang.srt.managers.scheduler.Scheduler.init_metrics_collector"
+
+
+def init_metrics_collector_around(original, self, *args, **kwargs):
+    """Create ``sglang:asd_*`` counters next to SGLang's own, on the rank that exports them."""
+    result = original(self, *args, **kwargs)
+    if getattr(self, "metrics_collector", None) is not None:
+        from sglang.srt.runtime_context import get_serving
+
+        from sglang_asd.sglang_seams.metrics import ASDMetrics
+
+        get_runtime().metrics = ASDMetrics({"model_name": get_serving().served_model_name})
+    return result
