@@ -1,0 +1,129 @@
+"""The ASD rule on a draft tree (spec section 5). Standard library only.
+
+Every root-to-node path is a chain block: a node at depth d is draft position i = d - 1 of
+a block of K = ``depth`` tokens, judged by the same ``admits_exception`` as a chain. The
+accepted path is the deepest node whose whole path is accepted; ties go to the smaller regret
+sum, then the smaller node index.
+
+Duplicate siblings: among siblings carrying the same token only the first (smallest node
+index) counts. SGLang's strict walk never looks past the first sibling that matches, so this
+keeps "no exceptions allowed" == SGLang's ``verify_tree_greedy`` even when two siblings carry
+the target's token. SGLang 0.5.23 builds every sibling list in ascending node index
+(``build_tree_kernel_efficient``: children inserted in descending index at the list head;
+ngram and ``reconstruct_tree``: next sibling = next larger index), so "first sibling" and
+"smallest index" agree; the batched verifier follows ``retrive_next_sibling`` itself.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import AbstractSet, Optional, Sequence, Tuple
+
+from sglang_asd.policy.config import ASDConfig
+from sglang_asd.policy.ledger import ExceptionEvent, Ledger
+from sglang_asd.policy.rule import admits_exception
+
+
+@dataclasses.dataclass(frozen=True)
+class TreeDecision:
+    """path: accepted node ids, root excluded, root to leaf; accepted: their tokens;
+    exceptions: the 0-based path positions that were exceptions; spent: the block's regret;
+    bonus: argmax of the target logits at the last accepted node."""
+
+    path: Tuple[int, ...]
+    accepted: Tuple[int, ...]
+    exceptions: Tuple[int, ...]
+    spent: float
+    bonus: int
+
+
+@dataclasses.dataclass(frozen=True)
+class _PathState:
+    depth: int
+    exception_nodes: Tuple[int, ...]
+    regret: float  # sum of the path's exception regrets, accumulated root to leaf
+
+
+def select_tree(
+    tokens: Sequence[int],
+    parents: Sequence[int],
+    target_argmax: Sequence[int],
+    regret: Sequence[float],
+    depth: int,
+    ledger: Ledger,
+    config: ASDConfig,
+    stop_tokens: AbstractSet[int] = frozenset(),
+) -> TreeDecision:
+    """Decide one tree block and charge ``ledger``.
+
+    tokens: [W] draft token per node (node 0 = root, ignored); parents: [W] parent node
+    (parents[0] = -1, parents[n] < n); target_argmax: [W] argmax of the target logits at each
+    node; regret: [W] regret of node n's token under its parent's logits (regret[0] ignored);
+    a node n >= 1 with parents[n] = -1 is not in the tree (SGLang's builder drops such nodes);
+    depth: K, the block's draft positions (``speculative_num_steps``).
+    """
+    _check_tree(tokens, parents, target_argmax, regret)
+    states: list[Optional[_PathState]] = [None] * len(tokens)
+    states[0] = _PathState(depth=0, exception_nodes=(), regret=0.0)
+    first_sibling_tokens: set[Tuple[int, int]] = set()
+    for n in range(1, len(tokens)):
+        parent = parents[n]
+        if (parent, tokens[n]) in first_sibling_tokens:
+            continue  # duplicate sibling: never looked at
+        first_sibling_tokens.add((parent, tokens[n]))
+        up = states[parent] if parent >= 0 else None
+        if up is None or up.depth >= depth:
+            continue  # parent not accepted, or node beyond the block
+        if tokens[n] == target_argmax[parent]:
+            states[n] = _PathState(up.depth + 1, up.exception_nodes, up.regret)
+        elif admits_exception(
+            regret=regret[n],
+            position=up.depth,
+            depth=depth,
+            exceptions_before=len(up.exception_nodes),
+            regret_before=up.regret,
+            remaining=ledger.remaining,
+            config=config,
+            is_stop_token=tokens[n] in stop_tokens,
+        ):
+            states[n] = _PathState(up.depth + 1, up.exception_nodes + (n,), up.regret + regret[n])
+
+    best = min(
+        (n for n, s in enumerate(states) if s is not None),
+        key=lambda n: (-states[n].depth, states[n].regret, n),
+    )
+    path = _path_to(best, parents)
+    exceptions = tuple(i for i, n in enumerate(path) if n in states[best].exception_nodes)
+    events = [ExceptionEvent(i, tokens[path[i]], target_argmax[parents[path[i]]], regret[path[i]]) for i in exceptions]
+    spent = ledger.charge(events)
+    return TreeDecision(
+        path=path,
+        accepted=tuple(tokens[n] for n in path),
+        exceptions=exceptions,
+        spent=spent,
+        bonus=target_argmax[best],
+    )
+
+
+def _path_to(node: int, parents: Sequence[int]) -> Tuple[int, ...]:
+    path = []
+    while node != 0:
+        path.append(node)
+        node = parents[node]
+    return tuple(reversed(path))
+
+
+def _check_tree(tokens, parents, target_argmax, regret) -> None:
+    width = len(tokens)
+    if width < 1 or not (len(parents) == len(target_argmax) == len(regret) == width):
+        raise ValueError(
+            "tokens, parents, target_argmax and regret must have the same length W >= 1, got "
+            f"{len(tokens)}, {len(parents)}, {len(target_argmax)}, {len(regret)}"
+        )
+    if parents[0] != -1:
+        raise ValueError(f"parents[0] must be -1 (node 0 is the root), got {parents[0]!r}")
+    for n in range(1, width):
+        if not -1 <= parents[n] < n:
+            raise ValueError(f"parents[{n}] must be in [-1, {n}), got {parents[n]!r}")
+        if regret[n] < 0:  # NaN passes here and is treated as masked
+            raise ValueError(f"regret[{n}] must be >= 0 (or inf for a masked token), got {regret[n]!r}")
