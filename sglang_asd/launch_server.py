@@ -62,17 +62,37 @@ def _merge_config(argv: list[str]) -> list[str]:
 
 def demo_args() -> list[str]:
     """The embedded default: real weights a newcomer can read, speculative decoding on."""
-    from sglang_asd.fixtures import fixture_path
-
     return [
-        "--model-path", str(fixture_path("smollm2-135m")),
+        "--model-path", "fixture:smollm2-135m",
         "--speculative-algorithm", "STANDALONE",
-        "--speculative-draft-model-path", str(fixture_path("smollm2-135m-draft")),
+        "--speculative-draft-model-path", "fixture:smollm2-135m-draft",
         "--speculative-num-steps", "4",
         "--speculative-eagle-topk", "1",
         "--speculative-num-draft-tokens", "5",
         "--asd-default-budget", "0",
     ]
+
+
+FIXTURE_PREFIX = "fixture:"
+PATH_FLAGS = ("--model-path", "--model", "--speculative-draft-model-path", "--tokenizer-path")
+
+
+def resolve_fixtures(argv: list[str]) -> list[str]:
+    """Replace ``fixture:NAME`` path values with the offline fixture's directory (built if absent)."""
+    out = list(argv)
+    for i, arg in enumerate(out):
+        for flag in PATH_FLAGS:
+            if arg == flag and i + 1 < len(out) and out[i + 1].startswith(FIXTURE_PREFIX):
+                out[i + 1] = _fixture_dir(out[i + 1])
+            elif arg.startswith(flag + "=" + FIXTURE_PREFIX):
+                out[i] = flag + "=" + _fixture_dir(arg.split("=", 1)[1])
+    return out
+
+
+def _fixture_dir(value: str) -> str:
+    from sglang_asd.fixtures import fixture_path
+
+    return str(fixture_path(value[len(FIXTURE_PREFIX):]))
 
 
 def cpu_defaults(argv: list[str]) -> list[str]:
@@ -118,7 +138,7 @@ def build_argv(argv: list[str]) -> tuple[server_settings.ASDServerSettings, list
 
     if cpu_backend.is_installed():
         rest = cpu_defaults(rest)
-    return settings, rest
+    return settings, resolve_fixtures(rest)
 
 
 def main(argv: list[str] | None = None) -> None:
