@@ -130,7 +130,9 @@ def frontend_hooks() -> list[tuple[str, Callable]]:
 def install_frontend_hooks(settings: ASDServerSettings) -> None:
     """Launcher / HTTP process: request fields, receipts in responses, CPU platform facts."""
     from sglang_asd.sglang_seams import http_api, platform
+    from sglang_asd.sglang_seams.runtime import set_runtime
 
+    set_runtime(settings)
     platform.apply()
     http_api.configure(settings)
     hooks = frontend_hooks()

@@ -28,3 +28,7 @@ def get_runtime() -> SchedulerRuntime:
     if _RUNTIME is None:
         raise RuntimeError("sglang_asd: ASD hooks are not installed in this process")
     return _RUNTIME
+
+
+def is_set() -> bool:
+    return _RUNTIME is not None

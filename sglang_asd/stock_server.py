@@ -1,0 +1,45 @@
+"""``python -m sglang_asd.stock_server <sglang args>``: stock SGLang, no ASD, for comparisons.
+
+The same process bootstrap as ``sglang_asd.launch_server`` (on CPU: the plain-torch ``sgl_kernel``
+stand-in and the same working defaults), but none of the ASD hooks: our SGLang plugin is
+disabled through ``SGLANG_PLUGINS``. Tests use it as the "stock SGLang" side of token-for-token
+identity checks; benchmarks may use it as a baseline.
+"""
+
+from __future__ import annotations
+
+import os
+
+os.environ["SGLANG_PLUGINS"] = "__none__"  # before SGLang reads it; inherited by spawned children
+
+from sglang_asd.sglang_seams.process import prepare_process  # noqa: E402
+
+prepare_process()
+
+import sys  # noqa: E402
+
+
+def main(argv: list[str] | None = None) -> None:
+    from sglang_asd import cpu_backend
+    from sglang_asd.launch_server import cpu_defaults, resolve_fixtures
+
+    argv = resolve_fixtures(sys.argv[1:] if argv is None else argv)
+    if cpu_backend.is_installed():
+        argv = cpu_defaults(argv)
+        from sglang_asd.sglang_seams import platform
+
+        platform.apply()
+    from sglang.srt.server_args import prepare_server_args
+    from sglang.srt.utils import kill_process_tree
+
+    server_args = prepare_server_args(argv)
+    try:
+        from sglang.srt.entrypoints.http_server import launch_server
+
+        launch_server(server_args)
+    finally:
+        kill_process_tree(os.getpid(), include_parent=False)
+
+
+if __name__ == "__main__":
+    main()
