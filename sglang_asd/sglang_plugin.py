@@ -22,11 +22,21 @@ def load() -> None:
 
     if runtime.is_set():  # our launcher already installed and verified the hooks here
         return
-    name = multiprocessing.current_process().name
     try:
-        if name == "MainProcess":
+        role = _process_role()
+        if role == "frontend":
             sglang_seams.install_frontend_hooks(ASDServerSettings())
-        else:
+        elif role == "scheduler":
             sglang_seams.install_scheduler_hooks(ASDServerSettings())
     except sglang_seams.HookNotInstalled as e:
         raise SystemExit(str(e)) from e
+
+
+def _process_role() -> str:
+    """``frontend`` (launcher/HTTP), ``scheduler``, or ``other`` (detokenizer, DP controller)."""
+    proc = multiprocessing.current_process()
+    if proc.name == "MainProcess":
+        return "frontend"
+    target = getattr(proc, "_target", None)
+    target = getattr(target, "func", target)  # functools.partial
+    return "scheduler" if "scheduler" in getattr(target, "__name__", "") else "other"
