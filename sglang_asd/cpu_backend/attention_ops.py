@@ -1,0 +1,295 @@
+"""Paged attention ops of the ``sgl_kernel`` CPU build, in plain torch.
+
+``IntelAMXAttnBackend`` (``sglang/srt/layers/attention/intel_amx_backend.py``)
+calls ``torch.ops.sgl_kernel.decode_attention_cpu`` / ``extend_attention_cpu``
+with the argument lists below. Keys and values live in paged pools
+(``k_buffer[slot]``: ``[num_slots, Hkv, Dk]``, ``v_buffer[slot]``:
+``[num_slots, Hkv, Dv]``); ``req_to_token[req_pool_indices[b], p]`` is the slot
+of position p of row b. Query heads share KV heads in groups (GQA:
+``H = Hkv * G``).
+
+Masking rules (as SGLang's Triton and torch_native backends apply them), with
+q and k absolute positions in the row:
+- causal: ``k <= q``; non-causal (encoder-only): every key;
+- ``sliding_window_size`` (the backend passes ``layer.sliding_window_size + 1``,
+  so 0 means none): keep ``q - k < sliding_window_size`` (``|q - k|`` when
+  non-causal), never for cross-attention;
+- ``tree_mask`` (speculative verify, QLEN layout ``[sum(L_b * L_b)]`` bool,
+  or FULL layout ``[sum((P_b + L_b) * L_b)]``): replaces the causal rule among
+  the ``L_b`` extend tokens; the prefix stays visible;
+- ``logit_cap > 0``: ``s = cap * tanh(s / cap)`` after scaling;
+- ``sinks`` ``[H]``: one extra logit per head that joins the softmax
+  denominator and contributes no value;
+- ``encoder_lens``: cross-attention reads positions ``[0, enc_len)``, self
+  attention ``[enc_len, enc_len + seq_len)`` (torch_native's convention).
+Scores and the softmax run in float32; the output is cast to ``o``'s dtype.
+A row with no visible key (and no sink) gets zeros.
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import torch
+
+# Upper bound on float32 elements of one score block, to keep long prefills in memory.
+_SCORE_BLOCK_ELEMS = 1 << 24
+
+
+def _attend(
+    q: torch.Tensor,  # [B, M, H, Dk]
+    k: torch.Tensor,  # [B, N, Hkv, Dk] float32
+    v: torch.Tensor,  # [B, N, Hkv, Dv] float32
+    visible: torch.Tensor,  # [B, M, N] bool
+    sm_scale: float,
+    logit_cap: Optional[float],
+    sinks: Optional[torch.Tensor],  # [H]
+) -> torch.Tensor:  # [B, M, H, Dv] float32
+    B, M, H, Dk = q.shape
+    Hkv = k.shape[2]
+    G = H // Hkv
+    qg = q.float().view(B, M, Hkv, G, Dk).permute(0, 2, 3, 1, 4)  # [B, Hkv, G, M, Dk]
+    kt = k.permute(0, 2, 3, 1).unsqueeze(2)  # [B, Hkv, 1, Dk, N]
+    s = torch.matmul(qg, kt) * sm_scale  # [B, Hkv, G, M, N]
+    if logit_cap is not None and logit_cap > 0:
+        s = logit_cap * torch.tanh(s / logit_cap)
+    s = s.masked_fill(~visible.view(B, 1, 1, M, -1), float("-inf"))
+    m = s.amax(-1, keepdim=True)  # [B, Hkv, G, M, 1]
+    if sinks is not None:
+        sink = sinks.float().view(1, Hkv, G, 1, 1)
+        m = torch.maximum(m, sink)
+    m = torch.where(torch.isinf(m), torch.zeros_like(m), m)
+    p = torch.exp(s - m)
+    denom = p.sum(-1, keepdim=True)
+    if sinks is not None:
+        denom = denom + torch.exp(sink - m)
+    o = torch.matmul(p, v.permute(0, 2, 1, 3).unsqueeze(2))  # [B, Hkv, G, M, Dv]
+    o = torch.where(denom > 0, o / denom.clamp_min(torch.finfo(torch.float32).tiny), torch.zeros_like(o))
+    return o.permute(0, 3, 1, 2, 4).reshape(B, M, H, -1)
+
+
+def _gather_kv(
+    buffer: torch.Tensor,  # [num_slots, Hkv, D]
+    req_to_token: torch.Tensor,  # [rows, width]
+    rows: torch.Tensor,  # [B] int64
+    start: torch.Tensor,  # [B] int64 first position
+    lens: torch.Tensor,  # [B] int64
+    width: int,  # N >= max(lens)
+    scale: float,
+) -> tuple[torch.Tensor, torch.Tensor]:  # ([B, N, Hkv, D] float32, [B, N] valid)
+    col = torch.arange(width)
+    valid = col < lens.unsqueeze(1)
+    cols = (start.unsqueeze(1) + col).clamp(max=req_to_token.shape[1] - 1)
+    slots = req_to_token[rows.unsqueeze(1), cols].to(torch.int64)
+    slots = torch.where(valid, slots, torch.zeros_like(slots))  # padding reads slot 0 (masked)
+    kv = buffer[slots].float()
+    if scale != 1.0:
+        kv = kv * scale
+    return kv, valid
+
+
+def _row_kv(buffer: torch.Tensor, req_to_token: torch.Tensor, row: int, start: int, n: int, scale: float):
+    """Positions ``[start, start + n)`` of pool row ``row`` as ``[n, Hkv, D]`` float32."""
+    kv = buffer[req_to_token[row, start : start + n].to(torch.int64)].float()
+    return kv * scale if scale != 1.0 else kv
+
+
+def _write_kv(
+    k_cache: torch.Tensor, v_cache: torch.Tensor, key: torch.Tensor, value: torch.Tensor, loc: torch.Tensor
+) -> None:
+    loc = loc.reshape(-1).to(torch.int64)
+    k_cache[loc] = key.reshape(loc.numel(), *k_cache.shape[1:]).to(k_cache.dtype)
+    # MLA pools hand out V as a slice of the K buffer; writing K already wrote it.
+    if v_cache.untyped_storage().data_ptr() != k_cache.untyped_storage().data_ptr():
+        v_cache[loc] = value.reshape(loc.numel(), *v_cache.shape[1:]).to(v_cache.dtype)
+
+
+def decode_attention_cpu(
+    query: torch.Tensor,  # [bs, H, Dk]
+    k_cache: torch.Tensor,  # [num_slots, Hkv, Dk], written at loc when key is given
+    v_cache: torch.Tensor,  # [num_slots, Hkv, Dv], written at loc when value is given
+    key_scale: float,
+    value_scale: float,
+    output: torch.Tensor,  # [bs, H, Dv], written
+    key: Optional[torch.Tensor],  # [bs, Hkv, Dk] new token's key, or None (already in cache)
+    value: Optional[torch.Tensor],  # [bs, Hkv, Dv]
+    loc: torch.Tensor,  # [bs] slot of the new token
+    attn_logits: torch.Tensor,  # [bs, H, splits, Dv+1] scratch of the C++ kernel, unused here
+    req_to_token: torch.Tensor,  # [rows, width]
+    req_pool_indices: torch.Tensor,  # [bs]
+    seq_lens: torch.Tensor,  # [bs] tokens to attend, including the new one
+    sm_scale: float,
+    logit_cap: Optional[float],
+    is_cross_attention: bool,
+    sliding_window_size: int,
+    encoder_lens: Optional[torch.Tensor],  # [bs]
+    sinks: Optional[torch.Tensor],  # [H]
+) -> None:
+    """One query token per row; first stores (key, value) at ``loc``, then attends to the row's cache."""
+    if key is not None and value is not None:
+        _write_kv(k_cache, v_cache, key, value, loc)
+    bs = seq_lens.numel()
+    if bs == 0:
+        return
+    seq = seq_lens.reshape(-1).to(torch.int64)
+    start = torch.zeros_like(seq)
+    end = seq
+    if encoder_lens is not None:
+        enc = encoder_lens.reshape(-1).to(torch.int64)
+        start, end = (torch.zeros_like(enc), enc) if is_cross_attention else (enc, enc + seq)
+    if sliding_window_size > 0 and not is_cross_attention:
+        start = torch.maximum(start, end - sliding_window_size)
+    lens = (end - start).clamp(min=0)
+    rows = req_pool_indices.reshape(-1).to(torch.int64)
+    n_max = max(int(lens.max()), 1)
+    H, Dk = query.shape[1], query.shape[2]
+    chunk = max(1, _SCORE_BLOCK_ELEMS // (n_max * max(H, k_cache.shape[1] * Dk)))
+    for b0 in range(0, bs, chunk):
+        sl = slice(b0, min(bs, b0 + chunk))
+        n = max(int(lens[sl].max()), 1)
+        k, valid = _gather_kv(k_cache, req_to_token, rows[sl], start[sl], lens[sl], n, key_scale)
+        v, _ = _gather_kv(v_cache, req_to_token, rows[sl], start[sl], lens[sl], n, value_scale)
+        o = _attend(query[sl].unsqueeze(1), k, v, valid.unsqueeze(1), sm_scale, logit_cap, sinks)
+        output[sl] = o.squeeze(1).to(output.dtype)
+
+
+def _tree_mask_offsets(tree_mask: torch.Tensor, prefix: torch.Tensor, ext: torch.Tensor):
+    """Start offset of each row's block and whether the layout is FULL (prefix columns included)."""
+    qlen_sizes = ext * ext
+    full_sizes = (prefix + ext) * ext
+    if tree_mask.numel() == int(qlen_sizes.sum()):
+        return torch.cumsum(qlen_sizes, 0) - qlen_sizes, False
+    if tree_mask.numel() == int(full_sizes.sum()):
+        return torch.cumsum(full_sizes, 0) - full_sizes, True
+    raise ValueError(
+        f"tree_mask has {tree_mask.numel()} entries; expected sum(L*L)={int(qlen_sizes.sum())} (QLEN) "
+        f"or sum((P+L)*L)={int(full_sizes.sum())} (FULL)"
+    )
+
+
+def extend_attention_cpu(
+    q_extend: torch.Tensor,  # [num_tokens, H, Dk]
+    k_extend: Optional[torch.Tensor],  # [num_tokens, Hkv, Dk]; None: read from the cache
+    v_extend: Optional[torch.Tensor],  # [num_tokens, Hkv, Dv]
+    o_extend: torch.Tensor,  # [num_tokens, H, Dv], written
+    k_buffer: torch.Tensor,  # [num_slots, Hkv, Dk]
+    v_buffer: torch.Tensor,  # [num_slots, Hkv, Dv]
+    key_scale: float,
+    value_scale: float,
+    req_to_token: torch.Tensor,  # [rows, width]
+    req_pool_indices: torch.Tensor,  # [bs]
+    seq_lens: torch.Tensor,  # [bs] prefix + extend
+    extend_seq_lens: torch.Tensor,  # [bs] L_b
+    extend_start_loc: torch.Tensor,  # [bs] first row of b in q/k/v/o_extend
+    max_len_extend: Optional[int],
+    sm_scale: float,
+    logit_cap: Optional[float],
+    is_cross_attention: bool,
+    sliding_window_size: int,
+    encoder_lens: Optional[torch.Tensor],  # [bs]
+    sinks: Optional[torch.Tensor],  # [H]
+    tree_mask: Optional[torch.Tensor],  # bool, see module docstring
+    is_causal: bool,
+) -> None:
+    """Prefill / chunked prefill / speculative verify: the L_b new tokens of each row attend
+    to the row's P_b = seq_len - L_b cached prefix tokens and to each other."""
+    bs = seq_lens.numel()
+    if bs == 0:
+        return
+    seq = seq_lens.reshape(-1).to(torch.int64)
+    ext = extend_seq_lens.reshape(-1).to(torch.int64)
+    qstart = extend_start_loc.reshape(-1).to(torch.int64)
+    prefix = seq - ext
+    if bool((prefix < 0).any()):
+        raise ValueError(f"extend_attention_cpu: seq_lens {seq.tolist()} shorter than extend_seq_lens {ext.tolist()}")
+    enc = encoder_lens.reshape(-1).to(torch.int64) if encoder_lens is not None else torch.zeros_like(seq)
+    rows = req_pool_indices.reshape(-1).to(torch.int64)
+    window = sliding_window_size if (sliding_window_size > 0 and not is_cross_attention) else 0
+    mask_off, mask_full = (None, False)
+    if tree_mask is not None and not is_cross_attention:
+        mask_off, mask_full = _tree_mask_offsets(tree_mask, prefix, ext)
+        flat_mask = tree_mask.reshape(-1).to(torch.bool)
+    H = q_extend.shape[1]
+
+    for b in range(bs):  # rows have ragged lengths; everything inside is vectorized
+        L, P, q0, row = int(ext[b]), int(prefix[b]), int(qstart[b]), int(rows[b])
+        if L == 0:
+            continue
+        qpos = torch.arange(P, P + L)
+        if is_cross_attention:
+            n = int(enc[b])
+            k = _row_kv(k_buffer, req_to_token, row, 0, n, key_scale)
+            v = _row_kv(v_buffer, req_to_token, row, 0, n, value_scale)
+            kpos = torch.arange(n)
+
+            def visible_fn(qp, kp):
+                return torch.ones(qp.numel(), kp.numel(), dtype=torch.bool)
+
+        else:
+            off = int(enc[b])
+            # with a window, the first query (position P) only sees keys k > P - window
+            p0 = max(0, P - window + 1) if window else 0
+            kp = _row_kv(k_buffer, req_to_token, row, off + p0, P - p0, key_scale)
+            vp = _row_kv(v_buffer, req_to_token, row, off + p0, P - p0, value_scale)
+            if k_extend is not None and v_extend is not None:
+                ke, ve = k_extend[q0 : q0 + L].float(), v_extend[q0 : q0 + L].float()
+            else:  # KV-shared layers: the extend K/V are already in the cache
+                ke = _row_kv(k_buffer, req_to_token, row, off + P, L, key_scale)
+                ve = _row_kv(v_buffer, req_to_token, row, off + P, L, value_scale)
+            k, v = torch.cat([kp, ke], 0), torch.cat([vp, ve], 0)
+            kpos = torch.arange(p0, P + L)
+            tree = None
+            if mask_off is not None:
+                base = int(mask_off[b])
+                if mask_full:
+                    tree = flat_mask[base : base + (P + L) * L].view(L, P + L)[:, P:]
+                else:
+                    tree = flat_mask[base : base + L * L].view(L, L)
+
+            def visible_fn(qp, kp, P=P, tree=tree):
+                if tree is not None:
+                    ext_vis = tree[qp - P][:, (kp - P).clamp(min=0)]
+                elif is_causal:
+                    ext_vis = kp.view(1, -1) <= qp.view(-1, 1)
+                else:
+                    ext_vis = torch.ones(qp.numel(), kp.numel(), dtype=torch.bool)
+                vis = ext_vis | (kp < P).view(1, -1)  # the prefix is always visible
+                if window:
+                    dist = qp.view(-1, 1) - kp.view(1, -1)
+                    vis &= (dist < window) if (is_causal or tree is not None) else (dist.abs() < window)
+                return vis
+
+        n_keys = max(k.shape[0], 1)
+        block = max(1, _SCORE_BLOCK_ELEMS // (n_keys * H))
+        for m0 in range(0, L, block):
+            m1 = min(L, m0 + block)
+            vis = visible_fn(qpos[m0:m1], kpos)
+            o = _attend(
+                q_extend[q0 + m0 : q0 + m1].unsqueeze(0),
+                k.unsqueeze(0),
+                v.unsqueeze(0),
+                vis.unsqueeze(0),
+                sm_scale,
+                logit_cap,
+                sinks,
+            )
+            o_extend[q0 + m0 : q0 + m1] = o[0].to(o_extend.dtype)
+
+
+OPS = {
+    "decode_attention_cpu": (
+        "(Tensor query, Tensor(a!) k_cache, Tensor(b!) v_cache, float key_scale, float value_scale, "
+        "Tensor(c!) output, Tensor? key, Tensor? value, Tensor loc, Tensor attn_logits, Tensor req_to_token, "
+        "Tensor req_pool_indices, Tensor seq_lens, float sm_scale, float? logit_cap, bool is_cross_attention, "
+        "int sliding_window_size, Tensor? encoder_lens, Tensor? sinks) -> ()",
+        decode_attention_cpu,
+    ),
+    "extend_attention_cpu": (
+        "(Tensor q_extend, Tensor? k_extend, Tensor? v_extend, Tensor(a!) o_extend, Tensor k_buffer, "
+        "Tensor v_buffer, float key_scale, float value_scale, Tensor req_to_token, Tensor req_pool_indices, "
+        "Tensor seq_lens, Tensor extend_seq_lens, Tensor extend_start_loc, int? max_len_extend, float sm_scale, "
+        "float? logit_cap, bool is_cross_attention, int sliding_window_size, Tensor? encoder_lens, "
+        "Tensor? sinks, Tensor? tree_mask, bool is_causal) -> ()",
+        extend_attention_cpu,
+    ),
+}
