@@ -1,0 +1,64 @@
+"""Run a list of requests against a server at a fixed concurrency (a thread pool, one
+``requests.Session`` per thread), with a tqdm progress bar. Results come back in request order."""
+
+from __future__ import annotations
+
+import concurrent.futures
+import dataclasses
+import threading
+import time
+from typing import Optional, Sequence
+
+import requests
+
+from sglang_asd.bench.client import GenRequest, GenResult, send
+
+
+@dataclasses.dataclass
+class PassResult:
+    """One pass over a request list: results in order and the wall time of the whole pass."""
+
+    results: list[GenResult]
+    wall_s: float
+
+    @property
+    def output_tokens(self) -> int:
+        return sum(r.completion_tokens or 0 for r in self.results if r.ok)
+
+    @property
+    def errors(self) -> int:
+        return sum(1 for r in self.results if not r.ok)
+
+    @property
+    def tokens_per_s(self) -> Optional[float]:
+        return self.output_tokens / self.wall_s if self.wall_s > 0 and self.output_tokens else None
+
+
+def run_pass(base_url: str, requests_: Sequence[GenRequest], concurrency: int, timeout: float = 600.0,
+             desc: Optional[str] = None, progress: bool = True) -> PassResult:
+    if concurrency < 1:
+        raise ValueError(f"concurrency must be >= 1, got {concurrency}")
+    local = threading.local()
+
+    def one(req: GenRequest) -> GenResult:
+        if not hasattr(local, "session"):
+            local.session = requests.Session()
+        return send(local.session, base_url, req, timeout=timeout)
+
+    bar = None
+    if progress:
+        from tqdm import tqdm
+
+        bar = tqdm(total=len(requests_), desc=desc, unit="req", leave=False, dynamic_ncols=True)
+    results: list[Optional[GenResult]] = [None] * len(requests_)
+    t0 = time.perf_counter()
+    with concurrent.futures.ThreadPoolExecutor(max_workers=concurrency) as pool:
+        futures = {pool.submit(one, req): i for i, req in enumerate(requests_)}
+        for fut in concurrent.futures.as_completed(futures):
+            results[futures[fut]] = fut.result()
+            if bar is not None:
+                bar.update(1)
+    wall = time.perf_counter() - t0
+    if bar is not None:
+        bar.close()
+    return PassResult(results=[r for r in results if r is not None], wall_s=wall)
