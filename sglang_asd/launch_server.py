@@ -106,6 +106,8 @@ def cpu_defaults(argv: list[str]) -> list[str]:
         extra += ["--mem-fraction-static", "0.3"]
     if not _has_flag(argv, "--max-running-requests"):
         extra += ["--max-running-requests", "64"]
+    if not _has_flag(argv, "--max-total-tokens"):  # a KV pool sized for CPU serving starts in seconds
+        extra += ["--max-total-tokens", "65536"]
     return argv + extra
 
 
