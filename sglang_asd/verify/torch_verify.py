@@ -1,0 +1,170 @@
+"""The batched ASD verifier in plain torch: the reference for any fused kernel.
+
+Semantics: ``sglang_asd.policy`` (spec sections 3-5), batched over ``bs`` rows of ``W`` draft
+nodes. One pass over the vocabulary (the argmax; none when the caller passes
+``target_predict``), then O(bs * W) work in loops over log2(W) and the depth K only.
+No host sync: no ``.item()``, ``.tolist()``, ``.cpu()`` and no branch on tensor data.
+
+Vocabulary (docs/CONTRACTS.md): node 0 is the root (the last committed token); node n at
+depth d >= 1 is draft position i = d - 1, scored by its parent's logits. It is *exact* when
+its token is the parent's argmax, an *exception* when a mismatch passes the gates, else
+*rejected*. The *bonus* is the argmax at the last accepted node.
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import torch
+
+from sglang_asd.verify.output import ASDVerifyOutput
+from sglang_asd.verify.tree_links import node_depths, tree_links
+
+
+def _regret_and_argmax(
+    logits: torch.Tensor,  # [bs*W, V] float
+    candidates: torch.Tensor,  # [bs, W] int64
+    up: torch.Tensor,  # [bs, W] int64 parent (self for the root)
+    target_predict: Optional[torch.Tensor],  # [bs, W] int64 or None
+):
+    """-> target_predict [bs, W] int64, regret [bs, W] float32 of each node's token under its
+    parent's logits: z_parent(argmax) - z_parent(token), >= 0, NaN for undefined values."""
+    bs, W = candidates.shape
+    if target_predict is None:
+        target_predict = logits.argmax(dim=-1).view(bs, W)  # the one pass over V
+    target_predict = target_predict.long()
+    row = torch.arange(bs, device=candidates.device)[:, None] * W + up  # [bs, W] parent's logits row
+    best = logits[row, target_predict.gather(1, up)].float()  # [bs, W]
+    drafted = logits[row, candidates.clamp(0, logits.shape[1] - 1)].float()  # [bs, W]
+    regret = (best - drafted).clamp_min(0)  # -inf draft logit -> inf; NaN stays NaN
+    return target_predict, regret
+
+
+def asd_verify(
+    candidates: torch.Tensor,  # [bs, W] int64 draft token per node (node 0 = root, ignored)
+    logits: torch.Tensor,  # [bs*W, V] float final logits (after penalties/bias/grammar mask)
+    retrive_next_token: torch.Tensor,  # [bs, W] int64 first child, -1 none
+    retrive_next_sibling: torch.Tensor,  # [bs, W] int64 next sibling, -1 none
+    remaining: torch.Tensor,  # [bs] float32 ledger remaining budget (0 => strict row)
+    gate: torch.Tensor,  # [bs] float32 g (0 => strict row)
+    cap: torch.Tensor,  # [bs] int32 m (0 => strict row)
+    depth: int,  # K
+    stop_tokens: Optional[torch.Tensor] = None,  # [bs, T] int64 -1 padded; never exceptions
+    target_predict: Optional[torch.Tensor] = None,  # [bs, W] int64 argmax per node, if known
+) -> ASDVerifyOutput:
+    """Choose each row's accepted path under the ASD rule; see ``ASDVerifyOutput``.
+
+    Strict rows (remaining <= 0, gate <= 0 or cap <= 0) give SGLang's ``verify_tree_greedy``
+    result (predict, accept_index, num_correct_drafts) exactly. ``spent <= remaining`` holds
+    in float32 per row; the caller subtracts ``spent`` from its ledger (clamping at 0 guards
+    rounding when it keeps ``spent`` and ``budget`` instead).
+    """
+    bs, W = candidates.shape
+    K = depth
+    device = candidates.device
+    candidates = candidates.long()
+    node = torch.arange(W, device=device).expand(bs, W)
+
+    parent, sibling_rank = tree_links(retrive_next_token, retrive_next_sibling)
+    up, node_depth = node_depths(parent, K)
+    target_predict, regret = _regret_and_argmax(logits, candidates, up, target_predict)
+    has_parent = parent >= 0  # every node except the root and nodes outside the tree
+
+    # Among siblings with the same token only the first in sibling order counts (SGLang's
+    # walk never looks past it).
+    shadowed = (
+        (parent[:, :, None] == parent[:, None, :])
+        & (candidates[:, :, None] == candidates[:, None, :])
+        & (sibling_rank[:, :, None] > sibling_rank[:, None, :])
+    ).any(dim=-1)  # [bs, W]
+
+    # A mismatched node at draft position i = depth - 1 is an exception iff (spec section 3)
+    #   the row is not strict (B, g, m > 0), the token is no stop token, its regret is finite,
+    #   1. regret / (K - i) <= g,  2. path exceptions <= m,  3. path exception regret <= remaining.
+    # Gate 1 is node-local; 2 and 3 are path totals, checked after the scan below.
+    exact = has_parent & (candidates == target_predict.gather(1, up))
+    asd_row = (remaining > 0) & (gate > 0) & (cap > 0)  # [bs]
+    suffix_value = (K + 1 - node_depth).float()  # K - i
+    exception = (
+        asd_row[:, None]
+        & has_parent
+        & ~exact
+        & torch.isfinite(regret)
+        & (regret / suffix_value <= gate[:, None])
+    )
+    if stop_tokens is not None:
+        is_stop = (candidates[:, :, None] == stop_tokens[:, None, :]).any(dim=-1)
+        exception &= ~is_stop
+    node_ok = (node == 0) | has_parent & ~shadowed & (exact | exception)
+    node_regret = torch.where(exception, regret, 0.0)
+
+    # Path totals, root to node; after t rounds they are exact for every node at depth <= t,
+    # and nodes deeper than K never become ok. Regret is summed in path order, as the rule does.
+    path_ok = node == 0
+    path_exceptions = torch.zeros_like(parent)
+    path_regret = torch.zeros_like(regret)
+    for _ in range(K):
+        path_ok = node_ok & path_ok.gather(1, up)
+        path_exceptions = exception.long() + path_exceptions.gather(1, up)
+        path_regret = node_regret + path_regret.gather(1, up)
+    # Both totals only grow along a path, so checking them per node keeps acceptance prefix-closed.
+    # A path without exceptions needs no check (strict rows stay strict whatever ``remaining`` holds).
+    within_gates = (path_exceptions <= cap[:, None]) & (path_regret <= remaining[:, None])
+    accepted = path_ok & ((path_exceptions == 0) | within_gates)
+
+    # Deepest accepted node; ties: smaller path regret, then smaller node index.
+    accepted_depth = torch.where(accepted, node_depth, -1)
+    tied = accepted_depth == accepted_depth.amax(dim=1, keepdim=True)
+    least_regret = torch.where(tied, path_regret, float("inf")).amin(dim=1, keepdim=True)
+    tied &= path_regret == least_regret
+    chosen = torch.where(tied, node, W).amin(dim=1, keepdim=True)  # [bs, 1]
+    return _outputs(candidates, target_predict, up, node_depth, exception, regret, path_regret, chosen, K)
+
+
+def _outputs(
+    candidates: torch.Tensor,  # [bs, W] int64
+    target_predict: torch.Tensor,  # [bs, W] int64
+    up: torch.Tensor,  # [bs, W] int64
+    node_depth: torch.Tensor,  # [bs, W] int64
+    exception: torch.Tensor,  # [bs, W] bool
+    regret: torch.Tensor,  # [bs, W] float32
+    path_regret: torch.Tensor,  # [bs, W] float32
+    chosen: torch.Tensor,  # [bs, 1] int64 last accepted node
+    K: int,
+) -> ASDVerifyOutput:
+    bs, W = candidates.shape
+    device = candidates.device
+    num_correct = node_depth.gather(1, chosen)  # [bs, 1]
+
+    # path[b, d] = accepted node at path position d (depth d); the chosen node for d >= num_correct.
+    path = chosen.expand(bs, K + 1).clone()
+    ancestor = chosen
+    for _ in range(K):
+        ancestor = up.gather(1, ancestor)  # stays at the root once there
+        path.scatter_(1, node_depth.gather(1, ancestor), ancestor)
+
+    slot = torch.arange(K + 1, device=device)  # [S]
+    target_on_path = target_predict.gather(1, path)  # [bs, S]; the bonus for d >= num_correct
+    draft_on_path = candidates.gather(1, path[:, 1:])  # [bs, K] token at path position d
+    accepted_slot = slot[:K] < num_correct  # [bs, K]
+    # Token emitted after each path node: the next accepted draft token, or the bonus.
+    emitted = torch.cat([torch.where(accepted_slot, draft_on_path, target_on_path[:, :K]), target_on_path[:, K:]], 1)
+    predict = torch.zeros((bs, W), dtype=torch.int32, device=device)
+    predict.scatter_(1, path, emitted.int())  # repeated writes at the chosen node carry the same bonus
+
+    row_base = torch.arange(bs, device=device)[:, None] * W
+    accept_index = torch.where(slot <= num_correct, path + row_base, -1).int()
+    exception_mask = exception.gather(1, path[:, 1:]) & accepted_slot
+    exception_regret = torch.where(exception_mask, regret.gather(1, path[:, 1:]), 0.0)
+    after_first_exception = exception_mask.cumsum(dim=1) > 0
+    return ASDVerifyOutput(
+        predict=predict.view(-1),
+        accept_index=accept_index,
+        num_correct_drafts=num_correct.squeeze(1).int(),
+        spent=path_regret.gather(1, chosen).squeeze(1),
+        num_exceptions=exception_mask.sum(dim=1, dtype=torch.int32),
+        exception_mask=exception_mask,
+        exception_regret=exception_regret,
+        target_token=torch.where(slot[:K] <= num_correct, target_on_path[:, :K], -1),
+        num_suffix_tokens=(accepted_slot & ~exception_mask & after_first_exception).sum(dim=1, dtype=torch.int32),
+    )

@@ -1,0 +1,65 @@
+"""Parent, sibling rank and depth of every draft node, from SGLang's linked-list tree encoding.
+
+SGLang encodes a row's draft tree as ``retrive_next_token`` (first child, -1 none) and
+``retrive_next_sibling`` (next sibling, -1 none); node 0 is the root. A chain is the tree
+whose every node has one child. Everything here is batched over rows and loops only over
+log2(W) (pointer doubling) or the depth K, never over rows or the vocabulary; no host sync.
+"""
+
+from __future__ import annotations
+
+from typing import Tuple
+
+import torch
+
+
+def _invert(link: torch.Tensor) -> torch.Tensor:
+    """``link`` [bs, W] (n -> m or -1)  ->  [bs, W] (m -> n, -1 where nothing points to m)."""
+    bs, W = link.shape
+    node = torch.arange(W, device=link.device).expand(bs, W)
+    inverse = torch.full((bs, W + 1), -1, dtype=torch.int64, device=link.device)
+    inverse.scatter_(1, torch.where(link >= 0, link, W), node)  # column W swallows the -1 links
+    return inverse[:, :W]
+
+
+def _doubling_rounds(max_distance: int) -> int:
+    """Rounds of pointer doubling that cover ``max_distance`` hops (one hop is the start)."""
+    return max(max_distance - 1, 0).bit_length()
+
+
+def tree_links(
+    retrive_next_token: torch.Tensor,  # [bs, W] int64
+    retrive_next_sibling: torch.Tensor,  # [bs, W] int64
+) -> Tuple[torch.Tensor, torch.Tensor]:
+    """-> parent [bs, W] int64 (-1 for the root and for nodes outside the tree),
+    sibling_rank [bs, W] int64 (0-based position in the parent's child list)."""
+    bs, W = retrive_next_token.shape
+    node = torch.arange(W, device=retrive_next_token.device).expand(bs, W)
+    first_child_of = _invert(retrive_next_token.long())  # [bs, W] parent of each first child
+    prev_sibling = _invert(retrive_next_sibling.long())  # [bs, W]
+
+    # List ranking by pointer doubling: jump ends at the first sibling, rank counts the hops.
+    jump = torch.where(prev_sibling >= 0, prev_sibling, node)
+    rank = (prev_sibling >= 0).long()
+    for _ in range(_doubling_rounds(W - 2)):  # a sibling list holds at most W - 1 nodes
+        rank = rank + rank.gather(1, jump)
+        jump = jump.gather(1, jump)
+    parent = first_child_of.gather(1, jump)
+    return parent, rank
+
+
+def node_depths(
+    parent: torch.Tensor,  # [bs, W] int64, -1 = no parent
+    depth: int,
+) -> Tuple[torch.Tensor, torch.Tensor]:
+    """-> up [bs, W] (parent, or the node itself where there is none: a self-loop, so gathers
+    along ``up`` stop at the root), node_depth [bs, W] (min(true depth, ``depth``) for nodes in
+    the tree; meaningless for nodes outside it)."""
+    bs, W = parent.shape
+    node = torch.arange(W, device=parent.device).expand(bs, W)
+    has_parent = parent >= 0
+    up = torch.where(has_parent, parent, node)
+    node_depth = torch.zeros_like(parent)
+    for _ in range(depth):  # after t rounds every node at depth <= t is exact
+        node_depth = torch.where(has_parent, node_depth.gather(1, up) + 1, 0)
+    return up, node_depth
