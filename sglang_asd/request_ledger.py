@@ -62,6 +62,7 @@ class RequestLedger:
     suffix_tokens: int = 0
     events: list = dataclasses.field(default_factory=list)
     events_truncated: bool = False
+    finalized: bool = False  # the request finished and was counted in the metrics
 
     @property
     def applied(self) -> bool:

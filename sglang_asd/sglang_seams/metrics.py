@@ -13,7 +13,7 @@ from typing import Optional
 
 class ASDMetrics:
     def __init__(self, labels: dict):
-        from prometheus_client import Counter
+        from prometheus_client import Counter, Gauge
 
         names = list(labels)
         self._labels = labels
@@ -27,6 +27,9 @@ class ASDMetrics:
         self.exhausted = Counter(
             "sglang:asd_budget_exhausted_total",
             "Requests that finished with less than 1% of their budget left (requests).", names)
+        self.active = Gauge(
+            "sglang:asd_active_ledgers", "Request-pool slots holding an ASD ledger row now (requests).", names,
+            multiprocess_mode="livesum")
         self.requests = Counter(
             "sglang:asd_requests_total",
             "Requests by whether ASD applied, and why not (requests).", names + ["applied", "reason"])
@@ -40,6 +43,9 @@ class ASDMetrics:
 
     def observe_request(self, reason: Optional[str]) -> None:
         self.requests.labels(**self._labels, applied=str(reason is None).lower(), reason=reason or "").inc()
+
+    def set_active(self, n: int) -> None:
+        self.active.labels(**self._labels).set(n)
 
     def observe_finished(self, budget: float, remaining: float) -> None:
         if budget > 0 and remaining < 0.01 * budget:

@@ -19,6 +19,7 @@
 from __future__ import annotations
 
 from sglang_asd.sglang_seams.ledger_table import ASDLedgerTable
+from sglang_asd.sglang_seams.runtime import get_runtime
 
 TARGETS = (
     "sglang.srt.mem_cache.memory_pool.ReqToTokenPool.alloc",
@@ -62,11 +63,19 @@ def alloc_around(original, self, reqs, *args, **kwargs):
             cap=[r.asd_ledger.choice.max_exceptions_per_block for r in admitted],
             stop_tokens=[_stop_tokens(r) for r in admitted],
         )
+        _report_active(self._asd_table)
     return result
+
+
+def _report_active(table: ASDLedgerTable) -> None:
+    metrics = get_runtime().metrics
+    if metrics is not None:
+        metrics.set_active(table.num_active)
 
 
 def free_rows_around(original, self, indices, *args, **kwargs):
     table = getattr(self, "_asd_table", None)
     if table is not None and table.num_active:
         table.release(list(indices))
+        _report_active(table)
     return original(self, indices, *args, **kwargs)

@@ -71,6 +71,18 @@ def output_streamer_class_around(original, self):
 _STREAMER_CACHE: dict = {}
 
 
+def _receipt_of(req) -> list:
+    ledger = getattr(req, "asd_ledger", None)
+    if ledger is None:
+        return []
+    if req.finished() and not ledger.finalized:
+        ledger.finalized = True
+        metrics = get_runtime().metrics
+        if metrics is not None and ledger.applied:
+            metrics.observe_finished(ledger.choice.budget, ledger.remaining)
+    return [ledger.receipt()]
+
+
 def _streamer_subclass(base):
     cls = _STREAMER_CACHE.get(base)
     if cls is not None:
@@ -82,9 +94,7 @@ def _streamer_subclass(base):
 
         def build_additional_customized_info(self, reqs):
             info = super().build_additional_customized_info(reqs)
-            info[RECEIPT_KEY] = [
-                [r.asd_ledger.receipt()] if getattr(r, "asd_ledger", None) is not None else [] for r in reqs
-            ]
+            info[RECEIPT_KEY] = [_receipt_of(r) for r in reqs]
             return info
 
         def is_request_level_customized_info_key(self, key: str) -> bool:

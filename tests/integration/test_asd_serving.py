@@ -1,0 +1,173 @@
+"""ASD on a real server: receipts, acceptance, concurrency, API errors, OpenAI, streaming, abort, metrics."""
+
+import concurrent.futures as cf
+import json
+import re
+
+import pytest
+import requests
+
+pytestmark = pytest.mark.server
+
+METRICS = ("--enable-metrics",)
+PROMPTS = ["The quick brown fox", "def add(a, b):", "Once upon a time in a land far away", "1, 2, 3,",
+           "import numpy as np", "Dear Sir or Madam,", "The weather today", "SELECT * FROM"]
+CAP = 2  # server default --asd-max-exceptions-per-block
+ALGORITHMS = ["standalone", "eagle", "eagle_tree", "eagle3", "ngram"]
+
+
+@pytest.fixture(scope="module")
+def server(servers):
+    return servers.get("eagle", extra=METRICS)
+
+
+def _check_receipt(out: dict, budget: float):
+    meta = out["meta_info"]
+    r = meta["asd"]
+    n = len(out["output_ids"])
+    assert r["applied"] and r["reason"] is None and r["budget"] == budget
+    assert 0 <= r["spent"] <= budget + 1e-6 and abs(r["remaining"] - (budget - r["spent"])) < 1e-5
+    assert r["exceptions"] == len(r["events"]) or r["events_truncated"]
+    assert r["exceptions"] <= CAP * meta["spec_verify_ct"]
+    assert abs(sum(e["regret"] for e in r["events"]) - r["spent"]) < 1e-4
+    positions = [e["pos"] for e in r["events"]]
+    assert positions == sorted(set(positions)) and all(0 <= p < n for p in positions)
+    for e in r["events"]:
+        assert out["output_ids"][e["pos"]] == e["draft"] != e["target"] and e["regret"] >= 0
+    return r
+
+
+@pytest.mark.parametrize("algorithm", ALGORITHMS)
+def test_budget_receipts_and_acceptance(servers, algorithm):
+    server = servers.get(algorithm, extra=METRICS) if algorithm == "eagle" else servers.get(algorithm)
+    strict_len, asd_len, spent = 0.0, 0.0, 0.0
+    for p in PROMPTS[:4]:
+        strict = server.generate(p, max_new_tokens=32, ignore_eos=True)
+        asd = server.generate(p, max_new_tokens=32, ignore_eos=True, asd_budget=8)
+        r = _check_receipt(asd, 8.0)
+        strict_len += strict["meta_info"]["spec_accept_length"]
+        asd_len += asd["meta_info"]["spec_accept_length"]
+        spent += r["spent"]
+        # The output up to the first exception is the strict output.
+        first = r["events"][0]["pos"] if r["events"] else len(asd["output_ids"])
+        assert asd["output_ids"][:first] == strict["output_ids"][:first]
+    assert asd_len >= strict_len, f"{algorithm}: accept length {asd_len / 4:.2f} < strict {strict_len / 4:.2f}"
+    assert spent > 0, f"{algorithm}: a noisy draft must trigger exceptions at budget 8"
+
+
+def test_exact_draft_is_fully_accepted(servers):
+    server = servers.get("eagle_exact")
+    out = server.generate("The quick brown fox", max_new_tokens=40, ignore_eos=True, asd_budget=8)
+    meta = out["meta_info"]
+    assert meta["spec_accept_length"] == pytest.approx(4.0, abs=0.35)  # steps 3 + bonus
+    assert meta["asd"]["exceptions"] == 0
+
+
+def test_concurrent_requests_match_solo(server):
+    budgets = [0, 2, 8, 32]
+    jobs = [(PROMPTS[i % len(PROMPTS)], budgets[i % 4]) for i in range(32)]
+    solo = {job: server.generate(job[0], max_new_tokens=20, ignore_eos=True, asd_budget=job[1]) for job in set(jobs)}
+    with cf.ThreadPoolExecutor(32) as pool:
+        together = list(pool.map(lambda j: server.generate(j[0], max_new_tokens=20, ignore_eos=True, asd_budget=j[1]), jobs))
+    for job, out in zip(jobs, together):
+        assert out["output_ids"] == solo[job]["output_ids"], job
+        a, b = out["meta_info"]["asd"], solo[job]["meta_info"]["asd"]
+        assert (a["spent"], a["exceptions"], a["events"]) == (b["spent"], b["exceptions"], b["events"]), job
+
+
+@pytest.mark.parametrize("value", [-1, "8", True, [1], 1e9, None, "nan"])
+def test_bad_budget_is_400_and_serving_continues(server, value):
+    body = {"text": "hi", "sampling_params": {"temperature": 0, "max_new_tokens": 4}}
+    if value == "nan":
+        raw = '{"text": "hi", "sampling_params": {"max_new_tokens": 4, "asd_budget": NaN}}'
+        r = requests.post(server.url + "/generate", data=raw, headers={"content-type": "application/json"})
+    elif value is None:
+        body["sampling_params"]["asd_budget"] = None
+        r = requests.post(server.url + "/generate", json=body)
+        assert r.status_code == 200, r.text  # null = not given
+        return
+    else:
+        body["sampling_params"]["asd_budget"] = value
+        r = requests.post(server.url + "/generate", json=body)
+    assert r.status_code == 400, r.text
+    assert "asd_budget" in r.json()["error"] and "got" in r.json()["error"]
+    assert server.generate("hi", max_new_tokens=4)["meta_info"]["finish_reason"]["type"] == "length"
+
+
+def test_openai_routes_carry_budget_and_receipt(server):
+    base = server.url + "/v1"
+    r = requests.post(base + "/completions", json={"model": "default", "prompt": "The quick brown fox",
+                                                   "max_tokens": 16, "temperature": 0, "asd_budget": 8})
+    assert r.status_code == 200, r.text
+    data = r.json()
+    assert data["choices"][0]["asd"]["budget"] == 8.0 and data["asd"] == data["choices"][0]["asd"]
+    r = requests.post(base + "/chat/completions", json={
+        "model": "default", "messages": [{"role": "user", "content": "hello"}], "max_tokens": 16,
+        "temperature": 0, "custom_params": {"asd_budget": 4}})
+    assert r.status_code == 200, r.text
+    assert r.json()["choices"][0]["asd"]["budget"] == 4.0
+    r = requests.post(base + "/completions", json={"model": "default", "prompt": "x", "asd_budget": -2})
+    assert r.status_code == 400 and "asd_budget" in r.json()["message"]
+    from openai import OpenAI
+
+    client = OpenAI(base_url=base, api_key="none")
+    c = client.completions.create(model="default", prompt="Once upon", max_tokens=8, temperature=0,
+                                  extra_body={"asd_budget": 2})
+    assert c.model_extra["asd"]["budget"] == 2.0
+
+
+def _sse(resp):
+    for line in resp.iter_lines():
+        if line.startswith(b"data: ") and line != b"data: [DONE]":
+            yield json.loads(line[6:])
+
+
+def test_streaming_receipts(server):
+    body = {"text": "The quick brown fox", "stream": True,
+            "sampling_params": {"temperature": 0, "max_new_tokens": 24, "ignore_eos": True, "asd_budget": 8}}
+    with requests.post(server.url + "/generate", json=body, stream=True) as resp:
+        chunks = list(_sse(resp))
+    assert len(chunks) > 1 and all("asd" in c["meta_info"] for c in chunks)
+    final = server.generate("The quick brown fox", max_new_tokens=24, ignore_eos=True, asd_budget=8)
+    assert chunks[-1]["meta_info"]["asd"] == final["meta_info"]["asd"]
+    body = {"model": "default", "prompt": "The quick brown fox", "max_tokens": 16, "temperature": 0,
+            "stream": True, "asd_budget": 8}
+    with requests.post(server.url + "/v1/completions", json=body, stream=True) as resp:
+        chunks = list(_sse(resp))
+    finals = [ch for c in chunks for ch in c["choices"] if ch.get("finish_reason")]
+    assert finals and finals[-1]["asd"]["budget"] == 8.0
+
+
+def _metric(server, name: str) -> float:
+    text = requests.get(server.url + "/metrics").text
+    return sum(float(m.group(1)) for m in re.finditer(rf"^{re.escape(name)}(?:{{[^}}]*}})? (\S+)$", text, re.M))
+
+
+def test_metrics_move(server):
+    before = _metric(server, "sglang:asd_exceptions_total")
+    req_before = _metric(server, "sglang:asd_requests_total")
+    out = server.generate("Once upon a time in a land far away", max_new_tokens=32, ignore_eos=True, asd_budget=16)
+    assert _metric(server, "sglang:asd_requests_total") >= req_before + 1
+    assert _metric(server, "sglang:asd_exceptions_total") - before >= out["meta_info"]["asd"]["exceptions"]
+
+
+def test_abort_mid_stream_leaves_no_ledger(server):
+    body = {"text": "The quick brown fox", "stream": True,
+            "sampling_params": {"temperature": 0, "max_new_tokens": 2000, "ignore_eos": True, "asd_budget": 8}}
+    with requests.post(server.url + "/generate", json=body, stream=True) as resp:
+        for i, _ in enumerate(_sse(resp)):
+            if i == 3:
+                break  # client goes away mid-stream
+    import time
+
+    deadline = time.time() + 30
+    while time.time() < deadline and _metric(server, "sglang:asd_active_ledgers") > 0:
+        time.sleep(0.5)
+    assert _metric(server, "sglang:asd_active_ledgers") == 0
+    assert server.generate("hi", max_new_tokens=4, asd_budget=1)["meta_info"]["asd"]["applied"]
+
+
+def test_sampling_request_is_served_by_normal_verifier(server):
+    body = {"text": "hi", "sampling_params": {"temperature": 0.8, "max_new_tokens": 8, "asd_budget": 8}}
+    r = requests.post(server.url + "/generate", json=body).json()
+    assert r["meta_info"]["asd"]["applied"] is False and r["meta_info"]["asd"]["reason"] == "sampling"
