@@ -1,0 +1,40 @@
+"""The hot path never syncs with the host: no .item(), .tolist(), .cpu(), .numpy(), and no
+Python branch on tensor data (which would call Tensor.__bool__)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from asd_cases import make_case
+
+from sglang_asd.verify import asd_verify, strict_verify
+
+FORBIDDEN = ["item", "tolist", "cpu", "numpy", "__bool__", "__int__", "__float__"]
+
+
+@pytest.fixture
+def no_host_sync(monkeypatch):
+    def forbid(name):
+        def raiser(*args, **kwargs):
+            raise AssertionError(f"Tensor.{name} called on the verify hot path")
+
+        return raiser
+
+    def patch():
+        for name in FORBIDDEN:
+            monkeypatch.setattr(torch.Tensor, name, forbid(name))
+
+    return patch
+
+
+@pytest.mark.parametrize("shape,K,W", [("chain", 5, 6), ("eagle", 4, 8)])
+def test_asd_verify_does_not_sync(no_host_sync, shape, K, W):
+    case = make_case(1, 16, K, W, shape=shape, topk=3)
+    tp = case.logits.argmax(-1).view(16, W)
+    no_host_sync()
+    with pytest.raises(AssertionError, match="Tensor.item"):
+        torch.ones(1).item()  # the patch is live
+    asd_verify(*case.verify_args(), stop_tokens=case.stop_tokens)
+    asd_verify(*case.verify_args(), stop_tokens=case.stop_tokens, target_predict=tp)
+    asd_verify(*case.verify_args())
+    strict_verify(case.candidates, case.logits, case.next_token, case.next_sibling, K)
