@@ -227,7 +227,9 @@ def send(session, base_url: str, req: GenRequest, timeout: float = 600.0) -> Gen
     res = GenResult(tag=req.tag, api=req.api, stream=req.stream, budget=req.budget, start_time=time.time())
     t0 = time.perf_counter()
     try:
-        resp = session.post(base_url.rstrip("/") + path, json=body, stream=req.stream, timeout=timeout)
+        # No redirects: a benchmark talks to the host it was given and nowhere else.
+        resp = session.post(base_url.rstrip("/") + path, json=body, stream=req.stream, timeout=timeout,
+                            allow_redirects=False)
         res.status = resp.status_code
         if resp.status_code != 200:
             try:
