@@ -88,8 +88,10 @@ def asd_verify_triton(
 
 
 def launch(candidates, logits, retrive_next_token, retrive_next_sibling, remaining, gate, cap, depth,
-           stop_tokens=None, target_predict=None, *, split: Optional[int] = None) -> ASDVerifyOutput:
-    """``asd_verify_triton`` with the vocabulary split exposed (tests force ``split`` > 1)."""
+           stop_tokens=None, target_predict=None, *, split: Optional[int] = None,
+           block_v: int = BLOCK_V) -> ASDVerifyOutput:
+    """``asd_verify_triton`` with the vocabulary tiling exposed (tests use tiny tiles and
+    ``split`` > 1 so that tiny vocabularies still take every path of the reduction)."""
     bs, W, V = _check(candidates, logits, retrive_next_token, retrive_next_sibling, remaining, gate, cap,
                       depth, stop_tokens, target_predict)
     K = depth
@@ -117,12 +119,12 @@ def launch(candidates, logits, retrive_next_token, retrive_next_sibling, remaini
         tp = target_predict.contiguous()
     else:
         split = split or choose_split(rows, V, device)
-        chunk = triton.cdiv(triton.cdiv(V, split), BLOCK_V) * BLOCK_V
+        chunk = triton.cdiv(triton.cdiv(V, split), block_v) * block_v
         part_max = torch.empty((rows, split), dtype=torch.float32, device=device)
         part_idx = torch.empty((rows, split), dtype=torch.int32, device=device)
         row_argmax_partials_kernel[(rows, split)](
             logits, logits.stride(0), logits.stride(1), part_max, part_idx, V, chunk,
-            SPLIT=split, BLOCK_V=BLOCK_V, num_warps=VOCAB_WARPS,
+            SPLIT=split, BLOCK_V=block_v, num_warps=VOCAB_WARPS,
         )
         tp = candidates  # unused by the kernel
     has_stop = stop_tokens is not None and stop_tokens.shape[1] > 0

@@ -1,0 +1,161 @@
+"""The fused Triton verify against the torch reference, ``torch.equal`` on every output.
+
+Without CUDA the kernels run in Triton's interpreter on the CPU (``TRITON_INTERPRET=1``, set
+here before triton is imported), so sizes are tiny; tiny tiles (``block_v``) and forced
+vocabulary splits make a 64-token vocabulary take every path of the reduction.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import os
+import sys
+
+import pytest
+import torch
+
+if not torch.cuda.is_available():
+    os.environ["TRITON_INTERPRET"] = "1"  # read when a kernel is decorated, i.e. at import
+triton = pytest.importorskip("triton")
+
+from sglang_asd.verify import strict_verify  # noqa: E402
+from sglang_asd.verify.cases import links_from_parents, make_round  # noqa: E402
+from sglang_asd.verify.torch_verify import asd_verify as torch_asd_verify  # noqa: E402
+
+
+def _load_triton_verify():
+    """Import the kernels; re-import them if they were decorated before interpret mode was on."""
+    kernels = importlib.import_module("sglang_asd.verify.triton_kernels")
+    if os.environ.get("TRITON_INTERPRET") == "1" and type(kernels.asd_select_kernel).__name__ != "InterpretedFunction":
+        importlib.reload(kernels)
+        importlib.reload(sys.modules.get("sglang_asd.verify.triton_verify") or importlib.import_module(
+            "sglang_asd.verify.triton_verify"))
+    return importlib.import_module("sglang_asd.verify.triton_verify")
+
+
+tv = _load_triton_verify()
+# the interpreter evaluates -inf - -inf (an all-masked row) in numpy, which warns
+pytestmark = pytest.mark.filterwarnings("ignore:invalid value encountered:RuntimeWarning")
+DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
+TINY_BLOCK = 16
+
+
+def assert_same(ref, out):
+    for f in dataclasses.fields(ref):
+        a, b = getattr(ref, f.name), getattr(out, f.name)
+        assert a.dtype == b.dtype and a.shape == b.shape, (f.name, a.dtype, b.dtype, a.shape, b.shape)
+        assert torch.equal(a, b), f"{f.name}:\nref {a.tolist()}\nout {b.tolist()}"
+
+
+def check(rnd, *, target_predict=False, split=None, block_v=TINY_BLOCK):
+    args, kwargs = rnd.args(target_predict=target_predict)
+    ref = torch_asd_verify(*args, **kwargs)
+    out = tv.launch(*args, **kwargs, split=split, block_v=block_v)
+    assert_same(ref, out)
+    return ref
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_chain_parity(seed):
+    K = 1 + seed % 5
+    V = (16, 37, 64)[seed % 3]
+    rnd = make_round(4, K + 1, K, V, tree=False, seed=seed, hard=True, device=DEVICE)
+    check(rnd, split=1 + seed % 3)
+
+
+@pytest.mark.parametrize("seed", range(10))
+def test_tree_parity(seed):
+    W, K = (4, 5, 6)[seed % 3], (2, 3, 4)[seed % 3 if seed < 9 else 0]
+    rnd = make_round(4, W, K, (29, 64)[seed % 2], tree=True, seed=100 + seed, hard=True, device=DEVICE)
+    check(rnd, split=(1, 2, 4)[seed % 3])
+
+
+@pytest.mark.parametrize("tree", [False, True])
+def test_target_predict_skips_the_vocab_pass(tree):
+    rnd = make_round(3, 5, 4 if not tree else 3, 48, tree=tree, seed=7, hard=True, device=DEVICE)
+    check(rnd, target_predict=True)
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_half_precision_logits(dtype):
+    rnd = make_round(3, 5, 3, 40, tree=True, seed=11, hard=True, dtype=dtype, device=DEVICE)
+    check(rnd, split=2)
+
+
+def test_no_stop_tokens_and_strided_logits():
+    rnd = make_round(2, 4, 3, 33, tree=False, seed=5, hard=True, stop=False, device=DEVICE)
+    wide = torch.full((rnd.logits.shape[0], 40), 7.0, device=DEVICE)
+    wide[:, :33] = rnd.logits
+    rnd.logits = wide[:, :33]  # row stride 40, not 33
+    assert not rnd.logits.is_contiguous()
+    check(rnd, split=2)
+
+
+def test_ties_take_the_lowest_index():
+    # rows of node 0 and 2: all logits equal (argmax 0); node 1: two maxima at 5 and 17 (argmax 5)
+    bs, K, V = 2, 3, 24
+    rnd = make_round(bs, K + 1, K, V, tree=False, seed=3, hard=True, stop=False, device=DEVICE)
+    rnd.logits = torch.zeros_like(rnd.logits)
+    rnd.logits[1::2, 5] = 1.0
+    rnd.logits[1::2, 17] = 1.0
+    rnd.candidates[:] = torch.tensor([0, 3, 5, 17], device=DEVICE)  # regret-0 tie, exact, regret-0 tie
+    rnd.remaining.fill_(8.0), rnd.gate.fill_(0.25), rnd.cap.fill_(2)
+    ref = check(rnd, split=3)
+    assert ref.num_correct_drafts.tolist() == [3, 3] and ref.num_exceptions.tolist() == [2, 2]
+    assert ref.target_token.tolist() == [[0, 5, 0]] * 2
+
+
+def test_budget_zero_is_strict_greedy():
+    rnd = make_round(4, 6, 3, 48, tree=True, seed=21, hard=True, device=DEVICE)
+    rnd.remaining.zero_()
+    args, kwargs = rnd.args()
+    out = tv.launch(*args, **kwargs, split=2, block_v=TINY_BLOCK)
+    assert_same(torch_asd_verify(*args, **kwargs), out)
+    predict, accept_index, num_correct = strict_verify(rnd.candidates, rnd.logits, rnd.retrive_next_token,
+                                                       rnd.retrive_next_sibling, rnd.depth)
+    assert torch.equal(out.predict, predict) and torch.equal(out.accept_index, accept_index)
+    assert torch.equal(out.num_correct_drafts, num_correct)
+    assert not out.exception_mask.any() and int(out.num_exceptions.sum()) == 0 and float(out.spent.sum()) == 0.0
+
+
+def test_masked_and_stop_tokens_are_never_exceptions():
+    # chain of 3 where every draft is a near-miss of regret 0.5: admissible, except the -inf one
+    # (position 1) and the stop token (position 2, row 1)
+    K, V = 3, 16
+    parents = [-1, 0, 1, 2]
+    nt, ns = links_from_parents(parents)
+    logits = torch.zeros(2 * 4, V)
+    logits[:, 0] = 0.5
+    logits[[1, 5], 3] = float("-inf")
+    cand = torch.tensor([[0, 2, 3, 4], [0, 2, 5, 4]])
+    stop = torch.tensor([[-1, -1], [4, -1]])
+    args = (cand, logits, torch.tensor([nt, nt]), torch.tensor([ns, ns]), torch.tensor([8.0, 8.0]),
+            torch.tensor([1.0, 1.0]), torch.tensor([3, 3], dtype=torch.int32), K)
+    args = tuple(a.to(DEVICE) if isinstance(a, torch.Tensor) else a for a in args)
+    ref = torch_asd_verify(*args, stop_tokens=stop.to(DEVICE))
+    out = tv.launch(*args, stop_tokens=stop.to(DEVICE), split=1, block_v=TINY_BLOCK)
+    assert_same(ref, out)
+    assert out.num_correct_drafts.tolist() == [1, 2]  # row 0 stops at the -inf token, row 1 at the stop token
+
+
+def test_outputs_are_fresh_buffers():
+    rnd = make_round(2, 4, 3, 20, tree=False, seed=9, hard=True, device=DEVICE)
+    args, kwargs = rnd.args()
+    a = tv.asd_verify_triton(*args, **kwargs)
+    b = tv.asd_verify_triton(*args, **kwargs)
+    inputs = {t.untyped_storage().data_ptr() for t in args if isinstance(t, torch.Tensor)}
+    inputs.add(kwargs["stop_tokens"].untyped_storage().data_ptr())
+    for f in dataclasses.fields(a):
+        pa, pb = getattr(a, f.name).untyped_storage().data_ptr(), getattr(b, f.name).untyped_storage().data_ptr()
+        assert pa not in inputs and pa != pb, f.name
+
+
+def test_bad_shapes_are_refused_with_the_value_got():
+    rnd = make_round(2, 4, 3, 20, tree=False, seed=9, device=DEVICE)
+    args, kwargs = rnd.args()
+    bad = (args[0], args[1][:-1]) + args[2:]
+    with pytest.raises(ValueError, match=r"logits must be \[bs\*W, V\] = \[8, V\], got shape \(7, 20\)"):
+        tv.asd_verify_triton(*bad, **kwargs)
+    with pytest.raises(ValueError, match="depth must be an integer >= 1, got 0"):
+        tv.asd_verify_triton(*args[:-1], 0, **kwargs)
