@@ -12,4 +12,7 @@ from sglang_asd.verify.output import ASDVerifyOutput
 from sglang_asd.verify.strict_verify import strict_verify
 from sglang_asd.verify.torch_verify import asd_verify
 
-__all__ = ["ASDVerifyOutput", "asd_verify", "strict_verify"]
+# Dispatch: the fused Triton kernel for CUDA logits, the torch verifier elsewhere (same outputs).
+from sglang_asd.verify.dispatch import asd_verify, verify_backend  # noqa: E402,F811
+
+__all__ = ["ASDVerifyOutput", "asd_verify", "strict_verify", "verify_backend"]
