@@ -70,12 +70,17 @@ class Server:
         return r.json()
 
     def stop(self, timeout: float = 60) -> int:
+        """SIGTERM to the launcher (SGLang drains and takes its children down); SIGKILL the group if not."""
         if self.proc.poll() is None:
-            os.killpg(self.proc.pid, signal.SIGTERM)
+            self.proc.send_signal(signal.SIGTERM)
             try:
                 self.proc.wait(timeout=timeout)
             except subprocess.TimeoutExpired:
-                os.killpg(self.proc.pid, signal.SIGKILL)
-                self.proc.wait()
+                pass
+        try:
+            os.killpg(self.proc.pid, signal.SIGKILL)  # leftovers of the session, if any
+        except ProcessLookupError:
+            pass
+        self.proc.wait()
         self._log.close()
         return self.proc.returncode

@@ -171,3 +171,12 @@ def test_sampling_request_is_served_by_normal_verifier(server):
     body = {"text": "hi", "sampling_params": {"temperature": 0.8, "max_new_tokens": 8, "asd_budget": 8}}
     r = requests.post(server.url + "/generate", json=body).json()
     assert r["meta_info"]["asd"]["applied"] is False and r["meta_info"]["asd"]["reason"] == "sampling"
+
+
+def test_clean_shutdown():
+    from tests.conftest import CONFIGS
+    from tests.server_utils import Server
+
+    s = Server("shutdown", CONFIGS["plain"])
+    assert s.generate("hi", max_new_tokens=2)["meta_info"]["finish_reason"]["type"] == "length"
+    assert s.stop(timeout=30) == 0, s.tail()

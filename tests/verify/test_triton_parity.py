@@ -71,6 +71,21 @@ def test_tree_parity(seed):
     check(rnd, split=(1, 2, 4)[seed % 3])
 
 
+@pytest.mark.parametrize("shape,reverse,orphans", [("eagle", False, 0.0), ("random", True, 0.2), ("chain", False, 0.0)])
+def test_parity_on_sglang_shaped_trees(shape, reverse, orphans):
+    """The torch engineer's cases: EAGLE topk trees as SGLang builds them, sibling lists in
+    reverse index order, nodes dropped from the tree, logits on a 1/8 grid."""
+    from asd_cases import make_case
+
+    for seed in range(2):
+        case = make_case(seed, bs=4, K=3, W=4 if shape == "chain" else 7, V=24, shape=shape, topk=2,
+                         reverse_siblings=reverse, orphans=orphans)
+        args = tuple(a.to(DEVICE) if isinstance(a, torch.Tensor) else a for a in case.verify_args())
+        stop = case.stop_tokens.to(DEVICE)
+        ref = torch_asd_verify(*args, stop_tokens=stop)
+        assert_same(ref, tv.launch(*args, stop_tokens=stop, split=2, block_v=8))
+
+
 @pytest.mark.parametrize("tree", [False, True])
 def test_target_predict_skips_the_vocab_pass(tree):
     rnd = make_round(3, 5, 4 if not tree else 3, 48, tree=tree, seed=7, hard=True, device=DEVICE)
