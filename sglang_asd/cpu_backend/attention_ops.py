@@ -99,9 +99,23 @@ def _write_kv(
 ) -> None:
     loc = loc.reshape(-1).to(torch.int64)
     k_cache[loc] = key.reshape(loc.numel(), *k_cache.shape[1:]).to(k_cache.dtype)
-    # MLA pools hand out V as a slice of the K buffer; writing K already wrote it.
-    if v_cache.untyped_storage().data_ptr() != k_cache.untyped_storage().data_ptr():
+    # MLA pools hand out V as a view into the K buffer; writing K already wrote it. (MHA pools
+    # may carve K and V out of one allocation, so compare address ranges, not storages.)
+    if not _overlaps(k_cache, v_cache):
         v_cache[loc] = value.reshape(loc.numel(), *v_cache.shape[1:]).to(v_cache.dtype)
+
+
+def _overlaps(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """Whether the memory two tensors can address overlaps."""
+    a0, b0 = a.data_ptr(), b.data_ptr()
+    return a0 < b0 + _span_bytes(b) and b0 < a0 + _span_bytes(a)
+
+
+def _span_bytes(t: torch.Tensor) -> int:
+    """Bytes from the first to one past the last element a (strided) tensor can address."""
+    if t.numel() == 0:
+        return 0
+    return (sum((n - 1) * st for n, st in zip(t.shape, t.stride())) + 1) * t.element_size()
 
 
 def decode_attention_cpu(

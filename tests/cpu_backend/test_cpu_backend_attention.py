@@ -48,8 +48,10 @@ def visible_rule(q_pos, k_pos, P, window=0, causal=True, tree=None):
 
 
 def make_cache(dtype, gen):
-    k_buf = torch.randn(NUM_SLOTS, HKV, DK, generator=gen).to(dtype)
-    v_buf = torch.randn(NUM_SLOTS, HKV, DV, generator=gen).to(dtype)
+    """K and V buffers carved out of one allocation, as SGLang's MHA pool does on CPU."""
+    flat = torch.randn(NUM_SLOTS * HKV * (DK + DV), generator=gen).to(dtype)
+    k_buf = flat[: NUM_SLOTS * HKV * DK].view(NUM_SLOTS, HKV, DK)
+    v_buf = flat[NUM_SLOTS * HKV * DK :].view(NUM_SLOTS, HKV, DV)
     return k_buf, v_buf
 
 
@@ -88,6 +90,22 @@ def test_decode_matches_dense(dtype, page_size, window, logit_cap, with_sinks):
         vis = torch.tensor([[visible_rule(n - 1, kp, n, window) for kp in range(n)]])
         ref = dense_attention(q[b : b + 1], k_buf[slots], v_buf[slots], vis, scale, logit_cap, sinks)
         torch.testing.assert_close(out[b : b + 1].double(), ref, **tol(dtype))
+
+
+def test_decode_mla_style_value_view_is_not_written_twice():
+    """An MLA pool's V is a view into K's latent: only K is written (V comes with it)."""
+    gen = torch.Generator().manual_seed(5)
+    kv = torch.randn(NUM_SLOTS, 1, DK, generator=gen)
+    k_buf, v_buf = kv, kv[..., :DV]
+    table = paged_table(1, 1, gen)
+    key = torch.randn(1, 1, DK, generator=gen)
+    value = torch.randn(1, 1, DV, generator=gen)  # ignored: V is part of K
+    out = torch.empty(1, 2, DV)
+    loc = table[0, 3:4].long()
+    ops.decode_attention_cpu(torch.randn(1, 2, DK, generator=gen), k_buf, v_buf, 1.0, 1.0, out, key, value, loc,
+                             torch.empty(0), table, torch.tensor([0]), torch.tensor([4]), 0.25, 0.0, False, 0,
+                             None, None)  # fmt: skip
+    assert torch.equal(kv[loc], key)
 
 
 def test_decode_empty_batch_and_no_new_kv():
