@@ -52,11 +52,17 @@ def fmt(value: Any, digits: int = 3) -> str:
     return str(value)
 
 
+def _cell(key: str, value: Any, digits: int) -> str:
+    if key == "budget" and isinstance(value, (int, float)) and not isinstance(value, bool):
+        return f"{value:g}"
+    return fmt(value, digits)
+
+
 def markdown_table(rows: Sequence[dict], columns: Sequence[tuple[str, str]], digits: int = 3) -> str:
-    """``columns`` = [(key, header)]; one row per dict."""
+    """``columns`` = [(key, header)]; one row per dict. Budgets print as ``8``, other floats rounded."""
     head = "| " + " | ".join(h for _, h in columns) + " |"
     rule = "| " + " | ".join("---" for _ in columns) + " |"
-    body = ["| " + " | ".join(fmt(row.get(k), digits) for k, _ in columns) + " |" for row in rows]
+    body = ["| " + " | ".join(_cell(k, row.get(k), digits) for k, _ in columns) + " |" for row in rows]
     return "\n".join([head, rule, *body]) + "\n"
 
 
@@ -121,7 +127,8 @@ def plot_frontier(audit: dict, out_png: Path, speed: Optional[dict] = None) -> P
     ax.set_ylabel("accuracy" if scored else "share of outputs identical to strict")
     ax.set_title(audit.get("title") or "ASD speed / quality frontier")
     ax.grid(alpha=0.3)
-    ax.legend(fontsize=7, loc="best")
+    if ax.get_legend_handles_labels()[0]:
+        ax.legend(fontsize=7, loc="best")
     fig.tight_layout()
     out_png = Path(out_png)
     out_png.parent.mkdir(parents=True, exist_ok=True)

@@ -100,24 +100,20 @@ class LaunchedServer:
     def __exit__(self, *exc) -> None:
         self.stop()
 
-    def stop(self, grace: float = 20.0) -> None:
+    def stop(self, grace: float = 60.0) -> None:
         proc, self.proc = self.proc, None
         if proc is None:
             return
-        pgid = proc.pid  # start_new_session=True: the child leads its own process group
+        # SIGTERM to the launcher: SGLang drains and takes its children (scheduler, detokenizer) down.
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+            try:
+                proc.wait(timeout=grace)
+            except subprocess.TimeoutExpired:
+                pass
+        # Whatever is left of its session (start_new_session=True: the group id is the launcher's pid).
         try:
-            os.killpg(pgid, signal.SIGTERM)
-            proc.wait(timeout=grace)
+            os.killpg(proc.pid, signal.SIGKILL)
         except ProcessLookupError:
-            return
-        except subprocess.TimeoutExpired:
             pass
-        # The leader's children (scheduler, detokenizer) share its group: kill what is left.
-        try:
-            os.killpg(pgid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-        try:
-            proc.wait(timeout=10.0)
-        except subprocess.TimeoutExpired:
-            pass
+        proc.wait()

@@ -18,6 +18,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import sys
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -205,7 +206,12 @@ class FakeServer:
         self.httpd.server_close()
 
 
-if __name__ == "__main__":  # python tests/bench/fake_server.py  -> serves on 127.0.0.1:30000
-    server = FakeServer(port=30000)
+if __name__ == "__main__":
+    # python tests/bench/fake_server.py [-m ignored] [--host H] [--port P] [other flags ignored]
+    # (accepts a launch_server command line, so it can stand in for one in LaunchedServer tests)
+    argv = sys.argv[1:]
+    host = argv[argv.index("--host") + 1] if "--host" in argv else "127.0.0.1"
+    port = int(argv[argv.index("--port") + 1]) if "--port" in argv else 30000
+    server = FakeServer(host, port)
     print(server.url, flush=True)
     server.httpd.serve_forever()
