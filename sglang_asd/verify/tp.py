@@ -1,0 +1,56 @@
+"""Make every tensor-parallel rank take one rank's ASD decision.
+
+Normally not needed: SGLang gathers the vocab-parallel logits so every rank holds the same bits,
+and the verifier is a deterministic function of them and of ledger rows that every rank
+updates identically (the argument is in ``triton_verify``'s docstring). For a backend whose
+logits may differ bitwise across ranks, ``broadcast_decision`` sends the ``src`` rank's whole
+decision to the others, the way SGLang syncs sampled token ids across TP ranks
+(``Sampler._sync_token_ids_across_tp``). One collective: every field is packed, bit for bit,
+into one int32 buffer (fixed size for fixed shapes, no host sync, capturable in a CUDA graph
+with NCCL).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Optional
+
+import torch
+import torch.distributed as dist
+
+from sglang_asd.verify.output import ASDVerifyOutput
+
+# Packing order: int64 fields first so that their int32 words start at an even offset.
+_FIELDS = tuple(f.name for f in dataclasses.fields(ASDVerifyOutput))
+_ORDER = ("target_token",) + tuple(name for name in _FIELDS if name != "target_token")
+
+
+def _as_words(t: torch.Tensor) -> torch.Tensor:
+    """Flat int32 words holding ``t``'s bits (bool as 0/1)."""
+    t = t.contiguous().reshape(-1)
+    if t.dtype == torch.bool:
+        return t.to(torch.int32)
+    return t.view(torch.int32)
+
+
+def _from_words(words: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
+    if like.dtype == torch.bool:
+        return (words != 0).view(like.shape)
+    return words.view(like.dtype).view(like.shape)
+
+
+def broadcast_decision(out: ASDVerifyOutput, group: Optional[dist.ProcessGroup] = None,
+                       src: int = 0) -> ASDVerifyOutput:
+    """-> the decision of rank ``src`` (its rank inside ``group``; default: the group's first
+    rank) on every rank of ``group``, as fresh tensors. Every rank must call it with outputs of
+    the same shapes (same bs, W, K), as every TP rank does in a verify step."""
+    packed = torch.cat([_as_words(getattr(out, name)) for name in _ORDER])
+    global_src = dist.get_global_rank(group, src) if group is not None else src
+    dist.broadcast(packed, src=global_src, group=group)
+    fields, offset = {}, 0
+    for name in _ORDER:
+        like = getattr(out, name)
+        n = like.numel() * (2 if like.dtype == torch.int64 else 1)
+        fields[name] = _from_words(packed[offset:offset + n], like)
+        offset += n
+    return ASDVerifyOutput(**fields)

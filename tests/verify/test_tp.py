@@ -1,0 +1,87 @@
+"""Tensor parallelism: two gloo ranks on the CPU.
+
+1. Identical inputs on both ranks -> identical decisions (the verifier is deterministic).
+2. Rank 1's logits deliberately perturbed -> different decisions, until ``broadcast_decision``
+   makes the source rank's decision everyone's (default group and a subgroup, src 0 and 1).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+
+import pytest
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+
+from sglang_asd.verify import ASDVerifyOutput, asd_verify
+from sglang_asd.verify.cases import make_round
+from sglang_asd.verify.tp import broadcast_decision
+
+WORLD = 2
+
+
+def _as_dict(out: ASDVerifyOutput) -> dict:
+    return {f.name: getattr(out, f.name).clone() for f in dataclasses.fields(out)}
+
+
+def _worker(rank: int, init_method: str, outdir: str) -> None:
+    dist.init_process_group("gloo", init_method=init_method, rank=rank, world_size=WORLD,
+                            timeout=datetime.timedelta(seconds=60))
+    try:
+        rnd = make_round(4, 7, 3, 64, tree=True, seed=5, hard=True)  # same seed: same inputs on every rank
+        args, kwargs = rnd.args()
+        same = asd_verify(*args, **kwargs)
+        logits = rnd.logits if rank == 0 else torch.roll(rnd.logits, 1, dims=1)  # rank 1 sees other logits
+        own = asd_verify(args[0], logits, *args[2:], **kwargs)
+        from_0 = broadcast_decision(own)
+        pair = dist.new_group([0, 1])
+        from_1 = broadcast_decision(own, group=pair, src=1)
+        torch.save({"same": _as_dict(same), "own": _as_dict(own), "from_0": _as_dict(from_0),
+                    "from_1": _as_dict(from_1)}, f"{outdir}/rank{rank}.pt")
+    finally:
+        dist.destroy_process_group()
+
+
+def _equal(a: dict, b: dict) -> bool:
+    return all(a[k].dtype == b[k].dtype and torch.equal(a[k], b[k]) for k in a)
+
+
+@pytest.fixture(scope="module")
+def ranks(tmp_path_factory):
+    if not dist.is_available():
+        pytest.skip("torch.distributed is not available")
+    tmp = tmp_path_factory.mktemp("tp")
+    mp.spawn(_worker, args=(f"file://{tmp}/rendezvous", str(tmp)), nprocs=WORLD, join=True)
+    return [torch.load(tmp / f"rank{r}.pt") for r in range(WORLD)]
+
+
+def test_identical_inputs_give_identical_decisions(ranks):
+    assert _equal(ranks[0]["same"], ranks[1]["same"])
+
+
+def test_perturbed_logits_disagree_until_broadcast(ranks):
+    r0, r1 = ranks
+    assert not _equal(r0["own"], r1["own"])  # the perturbation changed rank 1's decision
+    assert _equal(r0["from_0"], r0["own"]) and _equal(r1["from_0"], r0["own"])
+    assert _equal(r0["from_1"], r1["own"]) and _equal(r1["from_1"], r1["own"])
+
+
+def test_broadcast_round_trips_every_dtype_bit_for_bit():
+    """Packing alone (one rank): fields come back with their dtype, shape and bits."""
+    rnd = make_round(3, 5, 4, 32, tree=False, seed=8, hard=True)
+    args, kwargs = rnd.args()
+    out = asd_verify(*args, **kwargs)
+    out = dataclasses.replace(out, spent=torch.tensor([0.1, float("inf"), -0.0]))
+    store = dist.HashStore()
+    dist.init_process_group("gloo", store=store, rank=0, world_size=1)
+    try:
+        back = broadcast_decision(out)
+    finally:
+        dist.destroy_process_group()
+    for f in dataclasses.fields(out):
+        a, b = getattr(out, f.name), getattr(back, f.name)
+        assert a.dtype == b.dtype and a.shape == b.shape, f.name
+        assert torch.equal(a.reshape(-1).view(torch.uint8) if a.dtype != torch.bool else a,
+                           b.reshape(-1).view(torch.uint8) if b.dtype != torch.bool else b), f.name
