@@ -59,7 +59,8 @@ def node_depths(
     node = torch.arange(W, device=parent.device).expand(bs, W)
     has_parent = parent >= 0
     up = torch.where(has_parent, parent, node)
+    step = has_parent.long()  # 1 per edge; the root and nodes outside the tree stay at 0
     node_depth = torch.zeros_like(parent)
     for _ in range(depth):  # after t rounds every node at depth <= t is exact
-        node_depth = torch.where(has_parent, node_depth.gather(1, up) + 1, 0)
+        node_depth = step + node_depth.gather(1, up)
     return up, node_depth

@@ -1,0 +1,180 @@
+"""Microbenchmark: ASD verify vs strict greedy verify on identical inputs.
+
+Both arms take the same final logits and draft tree and do one argmax pass over the
+vocabulary; the rest is O(bs * W) work. The strict arm is ``sglang_asd.verify.strict_verify``,
+a torch re-implementation of SGLang's greedy verify (argmax + tree walk): SGLang's own
+``verify_tree_greedy_func`` needs ``sgl_kernel``, which is not installed in this venv.
+
+    .venv/bin/python benchmarks/verify_microbench.py --out out/verify_bench.json          # reduced grid
+    .venv/bin/python benchmarks/verify_microbench.py --grid full --out out/verify_full.json
+
+Writes ``--out`` (JSON: environment + one record per case) and the same stem with ``.md``
+(a markdown table). Runs on CPU, and on CUDA too when available (``--devices``).
+Time per case: median over ``--repeats`` calls per arm, the arms interleaved.
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import math
+import pathlib
+import platform
+import random
+import statistics
+import time
+
+import torch
+
+from sglang_asd.verify import asd_verify, strict_verify
+
+GRIDS = {
+    # (bs, W) pairs x V x shape; "reduced" fits a shared 2-core machine in about a minute.
+    "reduced": dict(bs_w=[(1, 4), (1, 6), (8, 6), (64, 6), (64, 16)], V=[32000, 152064]),
+    "full": dict(bs_w=list(itertools.product([1, 8, 32, 64], [4, 6, 8, 16])), V=[32000, 152064]),
+}
+
+
+def tree_shape(W: int):
+    """(K, topk) of the EAGLE-like tree used for W nodes (chains use K = W - 1, topk = 1)."""
+    return max(2, min(5, W // 2)), (2 if W <= 8 else 4)
+
+
+def eagle_parents(rng: random.Random, topk: int, K: int, W: int):
+    """Parents of an EAGLE topk tree (best-scoring W - 1 candidates, BFS-ordered ids)."""
+    cands = [(math.log(rng.random() + 1e-12), -1) for _ in range(topk)]
+    frontier = list(range(topk))
+    for _ in range(K - 1):
+        start = len(cands)
+        for c in frontier:
+            cands += [(cands[c][0] + math.log(rng.random() + 1e-12), c) for _ in range(topk)]
+        frontier = sorted(range(start, len(cands)), key=lambda c: -cands[c][0])[:topk]
+    chosen = sorted(sorted(range(len(cands)), key=lambda c: -cands[c][0])[: W - 1])
+    node_of = {c: i + 1 for i, c in enumerate(chosen)}
+    return [-1] + [node_of[cands[c][1]] if cands[c][1] >= 0 else 0 for c in chosen]
+
+
+def links(parents):
+    """SGLang's (retrive_next_token, retrive_next_sibling) for a parent array."""
+    W = len(parents)
+    next_token, next_sibling = [-1] * W, [-1] * W
+    for i in range(W - 1, 0, -1):
+        p = parents[i]
+        if next_token[p] != -1:
+            next_sibling[i] = next_token[p]
+        next_token[p] = i
+    return next_token, next_sibling
+
+
+def make_inputs(bs: int, W: int, V: int, shape: str, device: str, seed: int = 0):
+    rng = random.Random(seed)
+    gen = torch.Generator().manual_seed(seed)
+    K, topk = (W - 1, 1) if shape == "chain" else tree_shape(W)
+    logits = torch.randn((bs * W, V), generator=gen)
+    argmax = logits.argmax(-1).view(bs, W).tolist()
+    cand, nt, ns = [], [], []
+    for b in range(bs):
+        parents = list(range(-1, W - 1)) if shape == "chain" else eagle_parents(rng, topk, K, W)
+        # Drafts that agree with the target 70% of the time, near-misses otherwise.
+        cand.append([0] + [argmax[b][parents[n]] if rng.random() < 0.7 else rng.randrange(V) for n in range(1, W)])
+        a, s = links(parents)
+        nt.append(a)
+        ns.append(s)
+    to = dict(device=device)
+    return dict(
+        candidates=torch.tensor(cand, **to),
+        logits=logits.to(device),
+        retrive_next_token=torch.tensor(nt, **to),
+        retrive_next_sibling=torch.tensor(ns, **to),
+        remaining=torch.full((bs,), 8.0, **to),
+        gate=torch.full((bs,), 0.25, **to),
+        cap=torch.full((bs,), 2, dtype=torch.int32, **to),
+        depth=K,
+        stop_tokens=torch.tensor([[2, -1]] * bs, **to),
+    )
+
+
+def run_asd(x):
+    return asd_verify(**x)
+
+
+def run_strict(x):
+    return strict_verify(x["candidates"], x["logits"], x["retrive_next_token"], x["retrive_next_sibling"], x["depth"])
+
+
+def time_arms(x, repeats: int, device: str):
+    sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
+    times = {"asd": [], "strict": []}
+    arms = {"asd": run_asd, "strict": run_strict}
+    for _ in range(3):  # warm-up
+        for fn in arms.values():
+            fn(x)
+    for _ in range(repeats):
+        for name, fn in arms.items():
+            sync()
+            t0 = time.perf_counter()
+            fn(x)
+            sync()
+            times[name].append(time.perf_counter() - t0)
+    return {name: statistics.median(v) for name, v in times.items()}
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--out", required=True, help="JSON path; the markdown table goes next to it (.md)")
+    parser.add_argument("--grid", choices=sorted(GRIDS), default="reduced")
+    parser.add_argument("--shapes", default="chain,tree")
+    parser.add_argument("--repeats", type=int, default=15)
+    parser.add_argument("--threads", type=int, default=2, help="torch CPU threads")
+    parser.add_argument("--devices", default="auto", help="comma list of cpu,cuda; auto = cpu (+ cuda if present)")
+    args = parser.parse_args()
+
+    torch.set_num_threads(args.threads)
+    devices = ["cpu"] + (["cuda"] if torch.cuda.is_available() else []) if args.devices == "auto" else args.devices.split(",")
+    grid = GRIDS[args.grid]
+    records = []
+    for device, V, (bs, W), shape in itertools.product(devices, grid["V"], grid["bs_w"], args.shapes.split(",")):
+        x = make_inputs(bs, W, V, shape, device)
+        med = time_arms(x, args.repeats, device)
+        asd_tokens = int((run_asd(x).num_correct_drafts + 1).sum())
+        strict_tokens = int((run_strict(x)[2] + 1).sum())
+        rec = dict(device=device, shape=shape, bs=bs, W=W, K=x["depth"], V=V,
+                   strict_us=med["strict"] * 1e6, asd_us=med["asd"] * 1e6, ratio=med["asd"] / med["strict"],
+                   strict_tokens=strict_tokens, asd_tokens=asd_tokens,
+                   strict_us_per_token=med["strict"] * 1e6 / strict_tokens,
+                   asd_us_per_token=med["asd"] * 1e6 / asd_tokens)
+        records.append(rec)
+        print(f"{device:4} {shape:5} bs={bs:<3} W={W:<3} V={V:<6} strict {rec['strict_us']:9.0f} us  "
+              f"asd {rec['asd_us']:9.0f} us  ratio {rec['ratio']:.3f}", flush=True)
+        del x
+
+    env = dict(torch=torch.__version__, python=platform.python_version(), machine=platform.machine(),
+               threads=args.threads, repeats=args.repeats, grid=args.grid,
+               cuda=torch.cuda.get_device_name() if torch.cuda.is_available() else None,
+               strict_impl="sglang_asd.verify.strict_verify (torch; sgl_kernel not installed)")
+    out = pathlib.Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(dict(env=env, records=records), indent=2))
+    out.with_suffix(".md").write_text(markdown(env, records))
+    print(f"wrote {out} and {out.with_suffix('.md')}")
+
+
+def markdown(env, records) -> str:
+    lines = [
+        f"torch {env['torch']}, {env['machine']}, {env['threads']} threads, median of {env['repeats']}; "
+        f"strict arm: {env['strict_impl']}",
+        "",
+        "| device | shape | bs | W | K | V | strict us | ASD us | ASD/strict | strict us/tok | ASD us/tok |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for r in records:
+        lines.append(
+            f"| {r['device']} | {r['shape']} | {r['bs']} | {r['W']} | {r['K']} | {r['V']} | {r['strict_us']:.0f} | "
+            f"{r['asd_us']:.0f} | {r['ratio']:.3f} | {r['strict_us_per_token']:.2f} | {r['asd_us_per_token']:.2f} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+if __name__ == "__main__":
+    main()
