@@ -44,7 +44,8 @@ COLUMNS = (
 )
 BUDGET_COLUMNS = (
     ("budget", "budget"), ("accuracy_mean", "accuracy (mean over scored tasks)"),
-    ("divergence_share", "differs from strict"), ("accept_length_mean", "accept len (mean over tasks)"),
+    ("divergence_share", "differs from strict"), ("completion_tokens_mean", "mean length (tokens)"),
+    ("accept_length_mean", "accept len (mean over tasks)"),
     ("speedup", "tok/s ASD/strict (speed run)"), ("spent_mean", "spent/req (nats)"),
 )
 
@@ -113,6 +114,7 @@ def by_budget(rows: list[dict], speed: Optional[dict]) -> list[dict]:
             "divergence_share": (sum((r["divergence_share"] or 0) * r["compared"] for r in rs) / compared)
             if compared else None,
             "accept_length_mean": stats.mean(r["accept_length"] for r in rs),
+            "completion_tokens_mean": stats.mean(r["completion_tokens_mean"] for r in rs),
             "spent_mean": stats.mean(r["spent_mean"] for r in rs),
             "speedup": speedups.get(float(b)),
         })
@@ -150,6 +152,22 @@ def run(args: argparse.Namespace, url: str) -> tuple[dict, list[dict]]:
     return rows, items
 
 
+def warnings_for(rows: list[dict]) -> list[str]:
+    out = []
+    errors = sum(r["errors"] for r in rows)
+    if errors:
+        out.append(f"{errors} request(s) failed, e.g. {next(e for r in rows for e in r['first_errors'])}")
+    if rows and all(r["verify_ct_mean"] is None for r in rows):
+        out.append("no spec_verify_ct in responses: the server is not running speculative decoding")
+    for r in rows:
+        if r["budget"] > 0 and r["applied_share"] is None:
+            out.append(f"{r['task']} budget {r['budget']:g}: no ASD receipts (is this an sglang-asd server?)")
+        elif r["budget"] > 0 and r["applied_share"] < 1.0:
+            out.append(f"{r['task']} budget {r['budget']:g}: ASD applied to {r['applied_share']:.0%} of requests "
+                       f"(reasons: {', '.join(sorted(r['not_applied_reasons']))})")
+    return out
+
+
 def assemble(args: argparse.Namespace, url: str, rows: list[dict], speed: Optional[dict]) -> dict:
     return {
         "kind": "asd-audit", "version": 1, "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
@@ -161,6 +179,7 @@ def assemble(args: argparse.Namespace, url: str, rows: list[dict], speed: Option
         "results": [r for r in rows if not r.get("noise_floor")],
         "noise_floor": [r for r in rows if r.get("noise_floor")],
         "by_budget": by_budget(rows, speed),
+        "warnings": warnings_for(rows),
     }
 
 
@@ -178,6 +197,8 @@ def write(audit: dict, items: list[dict], out: Path, speed: Optional[dict]) -> N
     if audit["noise_floor"]:
         md += ["## Strict run twice (noise floor of divergence)", "",
                report.markdown_table(audit["noise_floor"], COLUMNS)]
+    if audit["warnings"]:
+        md += ["Warnings:", *[f"- {w}" for w in audit["warnings"]], ""]
     md += ["MT-Bench has no judge offline: its accuracy is n/a; read divergence, similarity and length.",
            "", "![frontier](frontier.png)", ""]
     (out / "audit.md").write_text("\n".join(md) + "\n")
@@ -229,6 +250,8 @@ def main(argv: Optional[list[str]] = None) -> int:
     audit = assemble(args, url, rows, speed)
     write(audit, items, args.out, speed)
     print(report.markdown_table(audit["by_budget"], BUDGET_COLUMNS))
+    for w in audit["warnings"]:
+        print(f"warning: {w}", file=sys.stderr)
     print(f"wrote {args.out / 'audit.json'}, audit.md, audit.csv, audit_items.jsonl, frontier.png")
     return 0
 

@@ -126,15 +126,34 @@ def warnings_for(passes: list[dict], rows: list[dict]) -> list[str]:
 
 
 def server_info(url: str) -> dict:
-    """What the server says about itself (speculative settings), best effort."""
+    """What the server says about itself (model, speculative settings), best effort:
+    ``/server_info`` (SGLang >= 0.5.23), else ``/get_server_info``; nested groups are searched."""
     keys = ("model_path", "speculative_algorithm", "speculative_num_steps", "speculative_eagle_topk",
             "speculative_num_draft_tokens", "speculative_draft_model_path", "dtype", "device",
-            "attention_backend", "disable_radix_cache", "disable_cuda_graph", "tp_size", "version")
-    try:
-        info = requests.get(url + "/get_server_info", timeout=10).json()
-    except Exception:
+            "attention_backend", "disable_radix_cache", "disable_cuda_graph", "tp_size", "version",
+            "launch_command")
+    info = None
+    for path in ("/server_info", "/get_server_info"):
+        try:
+            r = requests.get(url + path, timeout=10)
+            if r.status_code == 200:
+                info = r.json()
+                break
+        except (requests.RequestException, ValueError):
+            continue
+    if not isinstance(info, dict):
         return {}
-    return {k: info.get(k) for k in keys if k in info}
+    found: dict = {}
+
+    def visit(d: dict, depth: int) -> None:
+        for k, v in d.items():
+            if k in keys and k not in found and not isinstance(v, dict):
+                found[k] = v
+            elif isinstance(v, dict) and depth < 2:
+                visit(v, depth + 1)
+
+    visit(info, 0)
+    return {k: found[k] for k in keys if k in found}
 
 
 def run(args: argparse.Namespace, url: str) -> dict:

@@ -90,7 +90,7 @@ class Handler(BaseHTTPRequestHandler):
             return self._json(200, {})
         if self.path == "/v1/models":
             return self._json(200, {"object": "list", "data": [{"id": "fake-model", "object": "model"}]})
-        if self.path == "/get_server_info":
+        if self.path in ("/server_info", "/get_server_info"):
             return self._json(200, {"model_path": "fake-model", "speculative_algorithm": "FAKE"})
         self._json(404, {"error": {"message": "not found"}})
 

@@ -49,3 +49,11 @@ def test_audit_with_speed_json(fake_server_url, tmp_path):
     assert rc == 0
     result = json.loads((tmp_path / "out" / "audit.json").read_text())
     assert [r["speedup"] for r in result["by_budget"]] == [1.0, 1.05]
+
+
+def test_audit_warns_when_asd_is_not_applied():
+    rows = [{"task": "gsm8k", "budget": 8.0, "errors": 0, "first_errors": [], "verify_ct_mean": None,
+             "applied_share": 0.0, "not_applied_reasons": {"no_speculative_decoding": 3}}]
+    w = audit.warnings_for(rows)
+    assert any("not running speculative decoding" in x for x in w)
+    assert any("applied to 0% of requests (reasons: no_speculative_decoding)" in x for x in w)

@@ -60,3 +60,16 @@ def test_speed_rejects_bad_arguments(tmp_path):
         speed.main(["--url", "http://127.0.0.1:9", "--budgets", "0,-1", "--out", str(tmp_path)])
     with pytest.raises(SystemExit, match="tasks must be"):
         speed.main(["--url", "http://127.0.0.1:9", "--dataset", "imagenet", "--out", str(tmp_path)])
+
+
+def test_speed_warnings():
+    passes = [dict(_pass(0.0, 0, 100), verify_ct_mean=None, fixed_work_ok=False),
+              dict(_pass(8.0, 0, 100), verify_ct_mean=None, applied_share=0.5,
+                   not_applied_reasons={"sampling": 2}),
+              dict(_pass(0.0, 0, 80), verify_ct_mean=None)]
+    rows = speed.summarize(passes, [0.0, 8.0])
+    w = " | ".join(speed.warnings_for(passes, rows))
+    assert "did not produce exactly" in w
+    assert "not running speculative decoding" in w
+    assert "applied to 50% of requests (reasons: sampling)" in w
+    assert "drift 22.2% > 5%" in w
