@@ -209,7 +209,8 @@ def build_parser() -> argparse.ArgumentParser:
     where = p.add_mutually_exclusive_group(required=True)
     where.add_argument("--url", help="base URL of a running server, e.g. http://127.0.0.1:30000")
     where.add_argument("--launch", metavar="'SERVER ARGS'",
-                       help="start python -m sglang_asd.launch_server with these args (quoted; '' = CPU demo)")
+                       help="start python -m sglang_asd.launch_server with these args; write --launch='ARGS' "
+                            "(one quoted string; '' = the CPU demo)")
     p.add_argument("--budgets", default="0,8,32", help="comma-separated asd_budget values; 0 is always added")
     p.add_argument("--tasks", default=",".join(datasets.TASKS), help="comma-separated tasks")
     p.add_argument("--limit", type=int, default=None, help="first N items per task (default: all shipped)")
