@@ -1,6 +1,6 @@
 """Quality audit at natural stop: what a budget does to answers.
 
-``python -m sglang_asd.bench.audit (--url URL | --launch 'SERVER ARGS') --budgets 0,8,32
+``python -m sglang_asd.bench.audit (--url URL | --launch='SERVER ARGS') --budgets 0,8,32
     --tasks gsm8k,math500,humaneval,mbpp,mmlu,mtbench --limit 50 --out DIR [--speed-json speed.json]``
 
 For each budget (budget 0 = strict is always run, first) and task, the first ``--limit`` items of

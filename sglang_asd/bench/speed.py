@@ -1,6 +1,6 @@
 """Speed at fixed work: what a budget buys in tokens/s over strict greedy on the same server.
 
-``python -m sglang_asd.bench.speed (--url URL | --launch 'SERVER ARGS') --budgets 0,2,8,32
+``python -m sglang_asd.bench.speed (--url URL | --launch='SERVER ARGS') --budgets 0,2,8,32
     --dataset gsm8k,mtbench --num-prompts 64 --max-new-tokens 256 --concurrency 8 --repeats 3 --out DIR``
 
 Every request is greedy with ``ignore_eos`` and the same ``max_new_tokens``, so every pass does
