@@ -71,14 +71,14 @@ def asd_verify(
     has_parent = parent >= 0  # every node except the root and nodes outside the tree
 
     # Among siblings with the same token only the first in sibling order counts (SGLang's
-    # walk never looks past it).
+    # walk never looks past it). One int64 key per (parent, token) pair (token ids < 2^31):
+    sibling_token = (parent + 1) * 2**32 + candidates  # [bs, W]
     shadowed = (
-        (parent[:, :, None] == parent[:, None, :])
-        & (candidates[:, :, None] == candidates[:, None, :])
+        (sibling_token[:, :, None] == sibling_token[:, None, :])
         & (sibling_rank[:, :, None] > sibling_rank[:, None, :])
     ).any(dim=-1)  # [bs, W]
 
-    # A mismatched node at draft position i = depth - 1 is an exception iff (spec section 3)
+    # A mismatched node at depth d (draft position i = d - 1) is an exception iff (spec section 3)
     #   the row is not strict (B, g, m > 0), the token is no stop token, its regret is finite,
     #   1. regret / (K - i) <= g,  2. path exceptions <= m,  3. path exception regret <= remaining.
     # Gate 1 is node-local; 2 and 3 are path totals, checked after the scan below.
@@ -96,6 +96,7 @@ def asd_verify(
         is_stop = (candidates[:, :, None] == stop_tokens[:, None, :]).any(dim=-1)
         exception &= ~is_stop
     node_ok = (node == 0) | has_parent & ~shadowed & (exact | exception)
+    node_exceptions = exception.long()
     node_regret = torch.where(exception, regret, 0.0)
 
     # Path totals, root to node; after t rounds they are exact for every node at depth <= t,
@@ -105,7 +106,7 @@ def asd_verify(
     path_regret = torch.zeros_like(regret)
     for _ in range(K):
         path_ok = node_ok & path_ok.gather(1, up)
-        path_exceptions = exception.long() + path_exceptions.gather(1, up)
+        path_exceptions = node_exceptions + path_exceptions.gather(1, up)
         path_regret = node_regret + path_regret.gather(1, up)
     # Both totals only grow along a path, so checking them per node keeps acceptance prefix-closed.
     # A path without exceptions needs no check (strict rows stay strict whatever ``remaining`` holds).
