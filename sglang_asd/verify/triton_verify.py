@@ -89,7 +89,7 @@ def asd_verify_triton(
 
 def launch(candidates, logits, retrive_next_token, retrive_next_sibling, remaining, gate, cap, depth,
            stop_tokens=None, target_predict=None, *, split: Optional[int] = None,
-           block_v: int = BLOCK_V) -> ASDVerifyOutput:
+           block_v: int = BLOCK_V, vocab_warps: int = VOCAB_WARPS) -> ASDVerifyOutput:
     """``asd_verify_triton`` with the vocabulary tiling exposed (tests use tiny tiles and
     ``split`` > 1 so that tiny vocabularies still take every path of the reduction)."""
     bs, W, V = _check(candidates, logits, retrive_next_token, retrive_next_sibling, remaining, gate, cap,
@@ -124,7 +124,7 @@ def launch(candidates, logits, retrive_next_token, retrive_next_sibling, remaini
         part_idx = torch.empty((rows, split), dtype=torch.int32, device=device)
         row_argmax_partials_kernel[(rows, split)](
             logits, logits.stride(0), logits.stride(1), part_max, part_idx, V, chunk,
-            SPLIT=split, BLOCK_V=block_v, num_warps=VOCAB_WARPS,
+            SPLIT=split, BLOCK_V=block_v, num_warps=vocab_warps,
         )
         tp = candidates  # unused by the kernel
     has_stop = stop_tokens is not None and stop_tokens.shape[1] > 0
@@ -138,9 +138,14 @@ def launch(candidates, logits, retrive_next_token, retrive_next_sibling, remaini
         out.exception_mask, out.exception_regret, out.target_token, out.num_suffix_tokens,
         W=W, K=K, SPLIT=split, HAS_TP=has_tp, HAS_STOP=has_stop, BW=BW,
         BS=triton.next_power_of_2(K + 1), BSPLIT=triton.next_power_of_2(split), BT=triton.next_power_of_2(T),
-        num_warps=4 if BW <= 32 else 8,
+        num_warps=_select_warps(BW),
     )
     return out
+
+
+def _select_warps(BW: int) -> int:
+    """Warps of the selection kernel: its [BW, BW] reductions stay inside one warp up to W = 16."""
+    return 1 if BW <= 16 else 2 if BW <= 32 else 4 if BW <= 64 else 8
 
 
 def _check(candidates, logits, next_token, next_sibling, remaining, gate, cap, depth, stop_tokens,

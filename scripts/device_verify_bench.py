@@ -1,0 +1,386 @@
+#!/usr/bin/env python3
+"""Device check of the fused ASD verify: parity, CUDA-graph and no-sync safety, timing.
+
+For a GPU machine with torch + triton and NO sglang (and no install of this repo): run from the
+checkout, it imports ``sglang_asd.verify`` by path.
+
+    python scripts/device_verify_bench.py --out $OUT/verify_h200.json         # H200, < 8 minutes
+    python scripts/device_verify_bench.py --dry-run --out /tmp/verify_dry.json  # CPU, tiny, interpreter
+
+1. parity: ``asd_verify_triton`` vs the torch reference, ``torch.equal`` on every output, at the
+   timing sizes (bf16, V 128k-152k, with and without ``target_predict``) and on corner-case rounds
+   (ties, -inf, NaN rows, stop tokens, budget 0; bf16/fp16/fp32; forced vocabulary splits).
+2. safety: no host sync (``torch.cuda.set_sync_debug_mode("error")``); captured in a CUDA graph
+   and replayed on new inputs it equals eager, and it never writes its inputs.
+3. timing: per (bs, W, V) the arms below, interleaved, medians of CUDA-event times, eager and
+   CUDA-graph replay (what SGLang's decode runs):
+     strict        ``strict_verify``: argmax + tree walk in torch (SGLang's greedy verify)
+     asd_triton    ``asd_verify_triton``: the fused kernel, its own vocabulary pass
+     asd_select    ``asd_verify_triton`` given ``target_predict`` (the seam's case: SGLang already
+                   has the argmax, so ASD adds only the selection kernel)
+     asd_torch     the torch reference verifier
+   ratio = asd_triton / strict; ms per output token = ms / (bs * mean accepted length + bs).
+4. tuning: the vocabulary pass's tile and warps on the largest size.
+Writes JSON to ``--out`` (also on failure), prints progress and a table; exit 1 on a parity or
+safety failure.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import os
+import pathlib
+import statistics
+import subprocess
+import sys
+import time
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+SHAPES = [  # (name, tree, W, K)
+    ("chain4", False, 4, 3),
+    ("chain8", False, 8, 7),
+    ("tree8", True, 8, 4),
+    ("tree16", True, 16, 5),
+]
+BATCHES = [1, 8, 32, 128, 256]
+VOCABS = [151936, 128256]  # Qwen2/3, Llama 3
+
+
+def parse_args(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--out", required=True, help="JSON report path")
+    ap.add_argument("--dry-run", action="store_true", help="tiny sizes; CPU + Triton interpreter without CUDA")
+    ap.add_argument("--budget-s", type=float, default=300.0, help="start no timing case after this many seconds")
+    ap.add_argument("--deadline-s", type=float, default=450.0, help="the whole run ends by about this")
+    ap.add_argument("--reps", type=int, default=20)
+    ap.add_argument("--no-pytest", action="store_true", help="skip the CUDA run of tests/verify parity tests")
+    return ap.parse_args(argv)
+
+
+ARGS = parse_args()
+import torch  # noqa: E402
+
+CUDA = torch.cuda.is_available()
+if not CUDA:
+    if not ARGS.dry_run:
+        sys.exit("no CUDA device: run with --dry-run for the CPU path")
+    os.environ["TRITON_INTERPRET"] = "1"  # before triton is imported
+    import warnings
+
+    warnings.filterwarnings("ignore", "invalid value encountered", RuntimeWarning)  # numpy's -inf - -inf
+import triton  # noqa: E402
+
+from sglang_asd.verify import strict_verify  # noqa: E402
+from sglang_asd.verify import triton_verify as tv  # noqa: E402
+from sglang_asd.verify.cases import make_round  # noqa: E402
+from sglang_asd.verify.torch_verify import asd_verify as torch_asd_verify  # noqa: E402
+
+DEVICE = "cuda" if CUDA else "cpu"
+T0 = time.perf_counter()
+
+
+def log(msg: str) -> None:
+    print(f"[{time.perf_counter() - T0:7.1f}s] {msg}", flush=True)
+
+
+def mismatches(ref, out) -> list:
+    bad = []
+    for f in dataclasses.fields(ref):
+        a, b = getattr(ref, f.name), getattr(out, f.name)
+        if a.dtype != b.dtype or a.shape != b.shape or not torch.equal(a, b):
+            bad.append(f.name)
+    return bad
+
+
+def sync():
+    if CUDA:
+        torch.cuda.synchronize()
+
+
+# ---------------------------------------------------------------- 1. parity
+def parity_corner_cases(report):
+    n_seeds = 2 if ARGS.dry_run else 12
+    V = 64 if ARGS.dry_run else 1000
+    bs = 3 if ARGS.dry_run else 64
+    dtypes = [torch.float32] if ARGS.dry_run else [torch.float32, torch.bfloat16, torch.float16]
+    for seed in range(n_seeds):
+        name, tree, W, K = SHAPES[seed % len(SHAPES)]
+        dtype = dtypes[seed % len(dtypes)]
+        rnd = make_round(bs, W, K, V, tree=tree, seed=1000 + seed, hard=True, dtype=dtype, device=DEVICE)
+        if seed % 6 == 5:
+            rnd.remaining.zero_()  # budget 0 everywhere: strict
+        for tp in (False, True):
+            args, kwargs = rnd.args(target_predict=tp)
+            ref = torch_asd_verify(*args, **kwargs)
+            for split in ((None,) if tp else (None, 3, 8)):
+                out = tv.launch(*args, **kwargs, split=split, block_v=256 if not ARGS.dry_run else 16)
+                bad = mismatches(ref, out)
+                report["parity"].append(dict(kind="corner", seed=seed, shape=name, bs=bs, V=V, dtype=str(dtype),
+                                             target_predict=tp, split=split, ok=not bad, mismatched=bad))
+                if bad:
+                    log(f"PARITY FAIL corner seed={seed} {name} {dtype} tp={tp} split={split}: {bad}")
+    ok = sum(p["ok"] for p in report["parity"])
+    log(f"parity corner cases: {ok}/{len(report['parity'])} ok")
+
+
+def parity_at_size(report, rnd, case):
+    for tp in (False, True):
+        args, kwargs = rnd.args(target_predict=tp)
+        bad = mismatches(torch_asd_verify(*args, **kwargs), tv.asd_verify_triton(*args, **kwargs))
+        report["parity"].append(dict(kind="size", **case, target_predict=tp, ok=not bad, mismatched=bad))
+        if bad:
+            log(f"PARITY FAIL {case} tp={tp}: {bad}")
+
+
+# ---------------------------------------------------------------- 2. safety
+def safety(report):
+    name, tree, W, K = SHAPES[3]
+    bs, V = (2, 64) if ARGS.dry_run else (32, 151936)
+    dtype = torch.float32 if ARGS.dry_run else torch.bfloat16
+    first = make_round(bs, W, K, V, tree=tree, seed=1, dtype=dtype, device=DEVICE)
+    second = make_round(bs, W, K, V, tree=tree, seed=2, dtype=dtype, device=DEVICE)
+    args, kwargs = first.args()
+    res = {}
+    if not CUDA:
+        report["safety"] = {"skipped": "no CUDA"}
+        return
+    tv.asd_verify_triton(*args, **kwargs)  # compile outside the checks
+    sync()
+    try:
+        torch.cuda.set_sync_debug_mode("error")
+        tv.asd_verify_triton(*args, **kwargs)
+        tv.asd_verify_triton(*args, **first.args(target_predict=True)[1])
+        res["no_host_sync"] = True
+    except RuntimeError as e:
+        res["no_host_sync"] = False
+        res["sync_error"] = str(e)[:500]
+    finally:
+        torch.cuda.set_sync_debug_mode(0)
+    # CUDA graph: capture on the first round's buffers, refill them with the second round, replay.
+    static_in = [a for a in args if isinstance(a, torch.Tensor)] + [kwargs["stop_tokens"]]
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        tv.asd_verify_triton(*args, **kwargs)
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        captured = tv.asd_verify_triton(*args, **kwargs)
+    args2, kwargs2 = second.args()
+    for dst, src in zip(static_in, [a for a in args2 if isinstance(a, torch.Tensor)] + [kwargs2["stop_tokens"]]):
+        dst.copy_(src)
+    before = [t.clone() for t in static_in]
+    graph.replay()
+    sync()
+    res["graph_replay_matches_reference"] = not mismatches(torch_asd_verify(*args2, **kwargs2), captured)
+    res["inputs_untouched"] = all(torch.equal(a, b) for a, b in zip(before, static_in))  # no NaN in these rounds
+    out_ptrs = {getattr(captured, f.name).data_ptr() for f in dataclasses.fields(captured)}
+    res["outputs_alias_no_input"] = not (out_ptrs & {t.data_ptr() for t in static_in})
+    report["safety"] = res
+    log(f"safety: {res}")
+    del graph
+
+
+# ---------------------------------------------------------------- 3. timing
+def time_eager(arms, reps):
+    for fn in arms.values():
+        fn()
+    sync()
+    names, samples = list(arms), {n: [] for n in arms}
+    if not CUDA:
+        for i in range(reps):
+            for n in (names if i % 2 == 0 else names[::-1]):
+                t = time.perf_counter()
+                arms[n]()
+                samples[n].append((time.perf_counter() - t) * 1e3)
+        return {n: statistics.median(v) for n, v in samples.items()}
+    events = []
+    for i in range(reps):
+        for n in (names if i % 2 == 0 else names[::-1]):
+            s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            s.record()
+            arms[n]()
+            e.record()
+            events.append((n, s, e))
+    sync()
+    for n, s, e in events:
+        samples[n].append(s.elapsed_time(e))
+    return {n: statistics.median(v) for n, v in samples.items()}
+
+
+def time_graphs(arms, reps, inner=5):
+    graphs = {}
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for fn in arms.values():
+            fn()
+    torch.cuda.current_stream().wait_stream(side)
+    for n, fn in arms.items():
+        g = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(g):
+            fn()
+        graphs[n] = g
+    sync()
+    names, samples, events = list(arms), {n: [] for n in arms}, []
+    for i in range(reps):
+        for n in (names if i % 2 == 0 else names[::-1]):
+            s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            s.record()
+            for _ in range(inner):
+                graphs[n].replay()
+            e.record()
+            events.append((n, s, e))
+    sync()
+    for n, s, e in events:
+        samples[n].append(s.elapsed_time(e) / inner)
+    del graphs
+    return {n: statistics.median(v) for n, v in samples.items()}
+
+
+def timing_cases():
+    if ARGS.dry_run:
+        return [SHAPES[0] + (1, 64), SHAPES[3] + (2, 64)]
+    cases = []
+    for V in VOCABS:  # the most telling sizes first, in case the budget runs out
+        for bs in (BATCHES if V == VOCABS[0] else [1, 32, 256]):
+            for name, tree, W, K in SHAPES:
+                cases.append((name, tree, W, K, bs, V))
+    return cases
+
+
+def timing(report):
+    dtype = torch.float32 if ARGS.dry_run else torch.bfloat16
+    reps = 2 if ARGS.dry_run else ARGS.reps
+    for name, tree, W, K, bs, V in timing_cases():
+        if time.perf_counter() - T0 > ARGS.budget_s:
+            report["skipped"].append(dict(shape=name, bs=bs, V=V, reason="time budget"))
+            continue
+        case = dict(shape=name, tree=tree, bs=bs, W=W, K=K, V=V, dtype=str(dtype))
+        rnd = make_round(bs, W, K, V, tree=tree, seed=bs * 1000 + W, dtype=dtype, device=DEVICE)
+        parity_at_size(report, rnd, case)
+        args, kwargs = rnd.args()
+        tp = rnd.logits.argmax(dim=-1).view(bs, W)
+        links = (rnd.candidates, rnd.logits, rnd.retrive_next_token, rnd.retrive_next_sibling, K)
+        arms = {
+            "strict": lambda: strict_verify(*links),
+            "asd_triton": lambda: tv.asd_verify_triton(*args, **kwargs),
+            "asd_select": lambda: tv.asd_verify_triton(*args, stop_tokens=rnd.stop_tokens, target_predict=tp),
+            "asd_torch": lambda: torch_asd_verify(*args, **kwargs),
+        }
+        asd_out = tv.asd_verify_triton(*args, **kwargs)
+        strict_out = strict_verify(*links)
+        tok_asd = float((asd_out.num_correct_drafts.float() + 1).sum())
+        tok_strict = float((strict_out[2].float() + 1).sum())
+        rec = dict(case, split=tv.choose_split(bs * W, V, rnd.logits.device),
+                   tokens_per_round=dict(asd=tok_asd, strict=tok_strict),
+                   exceptions_per_round=float(asd_out.num_exceptions.sum()))
+        rec["eager_ms"] = time_eager(arms, reps)
+        if CUDA:
+            rec["graph_ms"] = time_graphs(arms, reps)
+        key = "graph_ms" if CUDA else "eager_ms"
+        ms = rec[key]
+        rec["ratio_asd_triton_vs_strict"] = ms["asd_triton"] / ms["strict"]
+        rec["ratio_asd_torch_vs_strict"] = ms["asd_torch"] / ms["strict"]
+        rec["ms_per_output_token"] = {n: ms[n] / (tok_strict if n == "strict" else tok_asd) for n in ms}
+        rec["vocab_pass_GBps"] = bs * W * V * rnd.logits.element_size() / (ms["asd_triton"] * 1e-3) / 1e9
+        report["timing"].append(rec)
+        log(f"{name:7s} bs={bs:3d} V={V:6d} {key} strict={ms['strict']:.4f} asd_triton={ms['asd_triton']:.4f} "
+            f"asd_select={ms['asd_select']:.4f} asd_torch={ms['asd_torch']:.4f} ratio={rec['ratio_asd_triton_vs_strict']:.2f}")
+        del rnd, args, kwargs, tp, arms, asd_out, strict_out
+        if CUDA:
+            torch.cuda.empty_cache()
+
+
+# ---------------------------------------------------------------- 4. tuning
+def tuning(report):
+    if ARGS.dry_run:
+        return
+    if time.perf_counter() - T0 > ARGS.deadline_s - 110:
+        report["skipped"].append(dict(section="tuning", reason="time budget"))
+        return
+    name, tree, W, K = SHAPES[3]
+    bs, V = 256, VOCABS[0]
+    rnd = make_round(bs, W, K, V, tree=tree, seed=7, dtype=torch.bfloat16, device=DEVICE)
+    args, kwargs = rnd.args()
+    ref = tv.asd_verify_triton(*args, **kwargs)
+    arms = {}
+    for block_v in (1024, 2048, 4096, 8192):
+        for warps in (4, 8, 16):
+            if block_v // (32 * warps) < 4:
+                continue
+            fn = (lambda b=block_v, w=warps: tv.launch(*args, **kwargs, block_v=b, vocab_warps=w))
+            if mismatches(ref, fn()):
+                report["parity"].append(dict(kind="tuning", block_v=block_v, warps=warps, ok=False))
+            arms[f"block{block_v}_warps{warps}"] = fn
+    report["tuning"] = dict(shape=name, bs=bs, V=V, graph_ms=time_graphs(arms, ARGS.reps))
+    best = min(report["tuning"]["graph_ms"].items(), key=lambda kv: kv[1])
+    log(f"tuning bs={bs} {name} V={V}: best {best[0]} {best[1]:.4f} ms (default block{tv.BLOCK_V}_warps{tv.VOCAB_WARPS})")
+
+
+def run_pytest(report):
+    if ARGS.dry_run or ARGS.no_pytest:
+        return
+    left = ARGS.deadline_s - (time.perf_counter() - T0)
+    if left < 60:
+        report["skipped"].append(dict(section="pytest", reason="time budget"))
+        return
+    cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/verify/test_triton_parity.py",
+           "tests/verify/test_dispatch.py"]
+    try:
+        p = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=left - 10)
+        report["pytest"] = dict(rc=p.returncode, tail=(p.stdout + p.stderr)[-2000:])
+    except subprocess.TimeoutExpired:
+        report["pytest"] = dict(rc=None, tail=f"timed out after {left - 10:.0f} s")
+    log(f"pytest: rc={report['pytest']['rc']} {report['pytest']['tail'].strip().splitlines()[-1:]}")
+
+
+def main():
+    report = dict(
+        dry_run=ARGS.dry_run, device=torch.cuda.get_device_name() if CUDA else "cpu (Triton interpreter)",
+        torch=torch.__version__, triton=triton.__version__, python=sys.version.split()[0],
+        arms=["strict", "asd_triton", "asd_select", "asd_torch"], parity=[], safety={}, timing=[], skipped=[],
+    )
+    out = pathlib.Path(ARGS.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    failed = True
+    try:
+        log(f"device: {report['device']}, torch {torch.__version__}, triton {triton.__version__}")
+        parity_corner_cases(report)
+        safety(report)
+        timing(report)
+        tuning(report)
+        run_pytest(report)
+        failed = (not all(p["ok"] for p in report["parity"]) or report.get("pytest", {}).get("rc") not in (0, None)
+                  or not all(v for k, v in report["safety"].items() if isinstance(v, bool)))
+    except Exception as e:  # the report still gets written
+        report["error"] = f"{type(e).__name__}: {e}"
+        log(f"ERROR {report['error']}")
+        raise
+    finally:
+        report["elapsed_s"] = time.perf_counter() - T0
+        report["ok"] = not failed
+        out.write_text(json.dumps(report, indent=1))
+        summary(report)
+    return 1 if failed else 0
+
+
+def summary(report):
+    print(f"\n{'shape':7s} {'bs':>4s} {'V':>7s} {'strict':>8s} {'asd_tri':>8s} {'select':>8s} {'asd_tor':>8s} "
+          f"{'ratio':>6s} {'ms/tok':>8s} {'GB/s':>6s}")
+    for r in report["timing"]:
+        ms = r.get("graph_ms", r["eager_ms"])
+        print(f"{r['shape']:7s} {r['bs']:4d} {r['V']:7d} {ms['strict']:8.4f} {ms['asd_triton']:8.4f} "
+              f"{ms['asd_select']:8.4f} {ms['asd_torch']:8.4f} {r['ratio_asd_triton_vs_strict']:6.2f} "
+              f"{r['ms_per_output_token']['asd_triton']:8.5f} {r['vocab_pass_GBps']:6.0f}")
+    n_ok = sum(p["ok"] for p in report["parity"])
+    print(f"parity {n_ok}/{len(report['parity'])}  safety {report['safety']}  skipped {len(report['skipped'])}  "
+          f"ok={report['ok']}  {report['elapsed_s']:.0f}s  -> {ARGS.out}")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
