@@ -16,7 +16,7 @@ SPEC_TINY = ["--speculative-num-steps", "3", "--speculative-num-draft-tokens", "
 CONFIGS = {
     "plain": ["--model-path", "fixture:tiny-llama"],
     "standalone": ["--model-path", "fixture:tiny-llama", "--speculative-algorithm", "STANDALONE",
-                   "--speculative-draft-model-path", "fixture:tiny-llama-noisy", *SPEC_TINY],
+                   "--speculative-draft-model-path", "fixture:tiny-llama-bigram", *SPEC_TINY],
     "standalone_self": ["--model-path", "fixture:tiny-llama", "--speculative-algorithm", "STANDALONE",
                         "--speculative-draft-model-path", "fixture:tiny-llama", *SPEC_TINY],
     "eagle": ["--model-path", "fixture:tiny-llama", "--speculative-algorithm", "EAGLE",
