@@ -12,7 +12,7 @@ SGLang's error shape for that route; nothing reaches the engine.
 
 Receipts: ``TokenizerManager.update_request_meta_info`` (AROUND) sets ``meta_info["asd"]`` to the
 request's latest receipt (SGLang would accumulate it as a list); the OpenAI response builders
-(AROUND) add ``choices[i].asd`` and a top-level ``asd`` (choice 0); the OpenAI streaming handlers
+(AROUND) add ``choices[i].asd`` and a top-level ``asd`` (choice 0); the OpenAI stream generators
 (AROUND) add ``asd`` to the chunk that carries a choice's ``finish_reason``.
 
 Upstream: none. Per-request extension fields on the OpenAI request models and a response-side
@@ -38,8 +38,8 @@ OPENAI_ROUTES = ("/v1/completions", "/v1/chat/completions")
 UPDATE_META = "sglang.srt.managers.tokenizer_manager.TokenizerManager.update_request_meta_info"
 BUILD_COMPLETION = "sglang.srt.entrypoints.openai.serving_completions.OpenAIServingCompletion._build_completion_response"
 BUILD_CHAT = "sglang.srt.entrypoints.openai.serving_chat.OpenAIServingChat._build_chat_response"
-STREAM_COMPLETION = "sglang.srt.entrypoints.openai.serving_completions.OpenAIServingCompletion._handle_streaming_request"
-STREAM_CHAT = "sglang.srt.entrypoints.openai.serving_chat.OpenAIServingChat._handle_streaming_request"
+STREAM_COMPLETION = "sglang.srt.entrypoints.openai.serving_completions.OpenAIServingCompletion._generate_completion_stream"
+STREAM_CHAT = "sglang.srt.entrypoints.openai.serving_chat.OpenAIServingChat._generate_chat_stream"
 PRELOAD = (
     "sglang.srt.managers.tokenizer_manager",
     "sglang.srt.entrypoints.openai.serving_completions",
