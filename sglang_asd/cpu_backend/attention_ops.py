@@ -48,15 +48,15 @@ def _attend(
     B, M, H, Dk = q.shape
     Hkv = k.shape[2]
     G = H // Hkv
-    qg = q.float().view(B, M, Hkv, G, Dk).permute(0, 2, 3, 1, 4)  # [B, Hkv, G, M, Dk]
+    qg = q.float().reshape(B, M, Hkv, G, Dk).permute(0, 2, 3, 1, 4)  # [B, Hkv, G, M, Dk]
     kt = k.permute(0, 2, 3, 1).unsqueeze(2)  # [B, Hkv, 1, Dk, N]
     s = torch.matmul(qg, kt) * sm_scale  # [B, Hkv, G, M, N]
     if logit_cap is not None and logit_cap > 0:
         s = logit_cap * torch.tanh(s / logit_cap)
-    s = s.masked_fill(~visible.view(B, 1, 1, M, -1), float("-inf"))
+    s = s.masked_fill(~visible.reshape(B, 1, 1, M, -1), float("-inf"))
     m = s.amax(-1, keepdim=True)  # [B, Hkv, G, M, 1]
     if sinks is not None:
-        sink = sinks.float().view(1, Hkv, G, 1, 1)
+        sink = sinks.float().reshape(1, Hkv, G, 1, 1)
         m = torch.maximum(m, sink)
     m = torch.where(torch.isinf(m), torch.zeros_like(m), m)
     p = torch.exp(s - m)
@@ -206,7 +206,12 @@ def extend_attention_cpu(
     is_causal: bool,
 ) -> None:
     """Prefill / chunked prefill / speculative verify: the L_b new tokens of each row attend
-    to the row's P_b = seq_len - L_b cached prefix tokens and to each other."""
+    to the row's P_b = seq_len - L_b cached prefix tokens and to each other.
+
+    The extend K/V come from ``k_extend``/``v_extend`` (the backend has already stored them in
+    the cache too) or, when those are None (KV-shared layers), from the cache at positions
+    ``[P_b, P_b + L_b)``. ``max_len_extend`` only sizes the C++ kernel's blocking; unused here.
+    """
     bs = seq_lens.numel()
     if bs == 0:
         return

@@ -21,12 +21,16 @@ from typing import Optional
 
 import torch
 
+from .kv_cache_ops import _segments
+
 FULL_MASK = 0
 QLEN_ONLY = 1
 
 
 def _first_true(mask: torch.Tensor, dim: int) -> torch.Tensor:
     """Index of the first True along ``dim``, -1 where there is none."""
+    if mask.shape[dim] == 0:
+        return torch.full(mask.sum(dim).shape, -1, dtype=torch.int64)
     idx = mask.to(torch.int8).argmax(dim)  # argmax returns the first maximal index
     return torch.where(mask.any(dim), idx, torch.full_like(idx, -1))
 
@@ -71,7 +75,8 @@ def build_tree_kernel_efficient_cpu(
     """
     if tree_mask_mode not in (FULL_MASK, QLEN_ONLY):
         raise ValueError(
-            f"build_tree_kernel_efficient_cpu: tree_mask_mode must be 0 (FULL_MASK) or 1 (QLEN_ONLY), got {tree_mask_mode}"
+            "build_tree_kernel_efficient_cpu: tree_mask_mode must be 0 (FULL_MASK) or 1 (QLEN_ONLY), "
+            f"got {tree_mask_mode}"
         )
     bs, W = verified_seq_len.numel(), draft_token_num
     if bs == 0:
@@ -127,7 +132,9 @@ def build_tree_kernel_efficient_cpu(
     # W rows of (seq_len[b] + W) columns; write the W tree columns of each row.
     need = int(seq_len.sum()) * W + bs * W * W
     if flat_mask.numel() != need:
-        raise ValueError(f"FULL_MASK tree_mask must have sum(seq_len)*W + bs*W*W={need} entries, got {flat_mask.numel()}")
+        raise ValueError(
+            f"FULL_MASK tree_mask must have sum(seq_len)*W + bs*W*W={need} entries, got {flat_mask.numel()}"
+        )
     base = torch.arange(bs) * W * W + (torch.cumsum(seq_len, 0) - seq_len) * W
     node = torch.arange(W)
     idx = (
@@ -262,7 +269,7 @@ def rotate_input_ids_cpu(
     start = extend_start_loc.reshape(-1).to(torch.int64)
     lens = extend_seq_lens.reshape(-1).to(torch.int64)
     shift = (lens - 1).clamp(min=0)
-    seg, pos, total = _segment_positions(start, shift)
+    _, pos, total = _segments(start, start + shift)
     ids = input_ids.view(-1)
     if total:
         ids[pos] = ids[pos + 1]  # the gather copies before the scatter
@@ -270,13 +277,6 @@ def rotate_input_ids_cpu(
     if bool(has.any()):
         dst = select_index.reshape(-1).to(torch.int64) if select_index is not None else start + lens - 1
         ids[dst[has]] = topk_index.reshape(-1)[has].to(ids.dtype)
-
-
-def _segment_positions(start: torch.Tensor, lens: torch.Tensor):
-    total = int(lens.sum())
-    seg = torch.repeat_interleave(torch.arange(lens.numel()), lens)
-    first = torch.cumsum(lens, 0) - lens
-    return seg, start[seg] + (torch.arange(total) - first[seg]), total
 
 
 OPS = {
