@@ -72,7 +72,11 @@ def test_concurrent_requests_match_solo(server):
     for job, out in zip(jobs, together):
         assert out["output_ids"] == solo[job]["output_ids"], job
         a, b = out["meta_info"]["asd"], solo[job]["meta_info"]["asd"]
-        assert (a["spent"], a["exceptions"], a["events"]) == (b["spent"], b["exceptions"], b["events"]), job
+        # Same decisions; regrets agree to float32 rounding (batched and solo matmuls differ in ulps).
+        assert a["exceptions"] == b["exceptions"], job
+        assert [(e["pos"], e["draft"], e["target"]) for e in a["events"]] == \
+            [(e["pos"], e["draft"], e["target"]) for e in b["events"]], job
+        assert a["spent"] == pytest.approx(b["spent"], abs=1e-4), job
 
 
 @pytest.mark.parametrize("value", [-1, "8", True, [1], 1e9, None, "nan"])
