@@ -19,6 +19,7 @@ import argparse
 import itertools
 import json
 import math
+import os
 import pathlib
 import platform
 import random
@@ -159,6 +160,7 @@ def main():
         del x
 
     env = dict(torch=torch.__version__, python=platform.python_version(), machine=platform.machine(),
+               cpus=os.cpu_count(), load_average=[round(x, 2) for x in os.getloadavg()],
                threads=args.threads, repeats=args.repeats, grid=args.grid,
                cuda=torch.cuda.get_device_name() if torch.cuda.is_available() else None,
                strict_impl="sglang_asd.verify.strict_verify (torch; sgl_kernel not installed)")
@@ -171,7 +173,8 @@ def main():
 
 def markdown(env, records) -> str:
     lines = [
-        f"torch {env['torch']}, {env['machine']}, {env['threads']} threads, median (and min) of "
+        f"torch {env['torch']}, {env['machine']}, {env['cpus']} CPUs (load average at the end "
+        f"{env['load_average']}), {env['threads']} threads, median (and min) of "
         f"{env['repeats']} interleaved calls per arm; strict arm: {env['strict_impl']}",
         "",
         "Post-argmax: both arms given target_predict, i.e. the decision work alone.",

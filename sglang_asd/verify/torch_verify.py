@@ -137,14 +137,14 @@ def _outputs(
     device = candidates.device
     num_correct = node_depth.gather(1, chosen)  # [bs, 1]
 
-    # path[b, d] = accepted node at path position d (depth d); the chosen node for d >= num_correct.
-    path = chosen.expand(bs, K + 1).clone()
-    ancestor = chosen
-    for _ in range(K):
-        ancestor = up.gather(1, ancestor)  # stays at the root once there
-        path.scatter_(1, node_depth.gather(1, ancestor), ancestor)
-
     slot = torch.arange(K + 1, device=device)  # [S]
+    # ancestors[:, s] = the chosen node's s-th ancestor (the root once past it), so the node at
+    # path position d is ancestor num_correct - d; the chosen node itself for d >= num_correct.
+    ancestors = [chosen]
+    for _ in range(K):
+        ancestors.append(up.gather(1, ancestors[-1]))
+    path = torch.cat(ancestors, dim=1).gather(1, (num_correct - slot).clamp(min=0))  # [bs, S]
+
     target_on_path = target_predict.gather(1, path)  # [bs, S]; the bonus for d >= num_correct
     draft_on_path = candidates.gather(1, path[:, 1:])  # [bs, K] token at path position d
     accepted_slot = slot[:K] < num_correct  # [bs, K]
