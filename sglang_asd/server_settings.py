@@ -86,7 +86,9 @@ def add_cli_args(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group("Approximate speculative decoding (sglang-asd)")
     defaults = ASDServerSettings()
     for flag, typ, field, help_text in _FLAGS:
-        group.add_argument(flag, type=typ, default=getattr(defaults, field), dest=f"asd_{field}", help=help_text)
+        underscore = "--" + flag[2:].replace("-", "_")  # the spelling YAML keys with underscores produce
+        group.add_argument(flag, underscore, type=typ, default=getattr(defaults, field), dest=f"asd_{field}",
+                           help=help_text)
 
 
 def from_namespace(ns: argparse.Namespace) -> ASDServerSettings:

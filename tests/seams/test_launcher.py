@@ -1,0 +1,58 @@
+"""The launcher: argument handling, defaults on CPU, one-line errors for common mistakes."""
+
+import socket
+import subprocess
+import sys
+
+import pytest
+
+from sglang_asd import launch_server as ls
+
+
+def test_demo_when_no_model_and_asd_flags_split():
+    settings, argv = ls.build_argv(["--asd-default-budget", "2", "--port", "1234"])
+    assert settings.default_budget == 2.0
+    assert "--speculative-algorithm" in argv and "STANDALONE" in argv
+    assert not any(a.startswith("fixture:") for a in argv)  # resolved to cache directories
+    assert "--asd-default-budget" not in argv
+
+
+def test_user_flags_win_over_cpu_defaults():
+    out = ls.cpu_defaults(["--model-path", "m", "--attention-backend", "torch_native"])
+    assert out.count("--attention-backend") == 1 and "torch_native" in out
+    assert "--device" in out
+
+
+def test_config_yaml_carries_asd_keys(tmp_path):
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text("model-path: /some/model\nasd-default-budget: 3\nasd_gate: 0.1\n")
+    settings, argv = ls.build_argv(["--config", str(cfg)])
+    assert (settings.default_budget, settings.gate) == (3.0, 0.1)
+    assert argv[argv.index("--model-path") + 1] == "/some/model"
+
+
+def _run(args):
+    return subprocess.run([sys.executable, "-m", "sglang_asd.launch_server", *args], capture_output=True, text=True,
+                          timeout=300)
+
+
+def test_missing_model_path_is_one_line_error():
+    r = _run(["--model-path", "/nonexistent/model"])
+    assert r.returncode == 2
+    assert "--model-path '/nonexistent/model' does not exist" in r.stderr
+    assert "Traceback" not in r.stderr
+
+
+def test_port_in_use_is_one_line_error(tmp_path):
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        port = s.getsockname()[1]
+        r = _run(["--model-path", str(tmp_path), "--port", str(port)])
+    assert r.returncode == 2 and f"--port {port}" in r.stderr and "not free" in r.stderr
+    assert "Traceback" not in r.stderr
+
+
+def test_bad_asd_flag_is_one_line_error(tmp_path):
+    r = _run(["--model-path", str(tmp_path), "--asd-gate", "-1"])
+    assert r.returncode == 2 and "asd_gate must be a finite number >= 0, got -1" in r.stderr
