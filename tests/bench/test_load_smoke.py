@@ -2,8 +2,8 @@
 
 Uses the ``asd_server_url`` fixture of tests/conftest.py (a server started with speculative
 decoding). There is deliberately no fallback: without that fixture this test errors, it does not
-skip. A few seconds: 2 users, at most 8 requests of 8 tokens, both routes, streaming and not,
-budgets 0 and 8.
+skip. A few seconds: 2 users, at most 8 requests of 8 tokens, /generate and the OpenAI routes,
+streaming and not, budgets 0 and 8.
 """
 
 import json
@@ -21,7 +21,7 @@ import run_headless  # noqa: E402
 def test_load_smoke(asd_server_url, tmp_path):
     rc = run_headless.main([
         "--host", asd_server_url, "--allow-remote", "--users", "2", "--spawn-rate", "2", "--run-time", "60s",
-        "--max-requests", "8", "--budget-mix", "0:1,8:1", "--api-mix", "generate:1,chat:1",
+        "--max-requests", "8", "--budget-mix", "0:1,8:1", "--api-mix", "generate:1,chat:1,completions:1",
         "--stream-share", "0.5", "--max-new-tokens", "8", "--natural-max-new-tokens", "8",
         "--request-timeout", "120", "--out", str(tmp_path), "--fail-on-error",
     ])
