@@ -25,7 +25,7 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-IDX_NONE = 2**31 - 1  # "no index" in argmax reductions (larger than any vocab index)
+IDX_NONE = tl.constexpr(2**31 - 1)  # "no index" in argmax reductions (larger than any vocab index)
 
 
 @triton.jit
@@ -172,7 +172,7 @@ def asd_select_kernel(
     cur = tl.load(next_token_ptr + row_base + node, mask=in_row, other=-1).to(tl.int32)  # [BW] per parent
     parent = tl.full([BW], -1, tl.int32)
     rank = tl.zeros([BW], tl.int32)
-    child_of = node[:, None] < 0  # all False, [BW, BW]
+    child_of = (node[:, None] < 0) & (node[None, :] < 0)  # all False, [BW, BW]
     for hop in range(W - 1):  # a child list holds at most W - 1 nodes
         live = (cur >= 0) & (cur < W) & in_row
         hit = live[:, None] & (cur[:, None] == node[None, :])  # [p, c]
@@ -225,7 +225,7 @@ def asd_select_kernel(
         p_sum = _gather_f(regret_sum, child_of, 0)
         p_suffix = _gather_i(n_suffix, child_of, 0)
         judged = has_parent & in_row & ~shadowed & p_acc & (p_depth == d - 1)
-        q = (K - d + 1) * 1.0  # suffix value K - i of draft position i = d - 1
+        q = tl.zeros([BW], tl.float32) + (K - d + 1)  # suffix value K - i of draft position i = d - 1
         new_sum = p_sum + regret
         admit = (may_except & (tl.math.div_rn(regret, q) <= gate) & (p_exc + 1 <= cap)
                  & (new_sum <= remaining))

@@ -3,6 +3,7 @@ so the device script cannot rot between the rare sessions that have a GPU."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import pathlib
 import subprocess
@@ -10,7 +11,8 @@ import sys
 
 import pytest
 
-pytest.importorskip("triton")
+if importlib.util.find_spec("triton") is None:  # not imported here: see test_triton_parity.py
+    pytest.skip("triton is not installed", allow_module_level=True)
 SCRIPT = pathlib.Path(__file__).resolve().parents[2] / "scripts" / "device_verify_bench.py"
 
 

@@ -8,35 +8,54 @@ vocabulary splits make a 64-token vocabulary take every path of the reduction.
 from __future__ import annotations
 
 import dataclasses
-import importlib
+import importlib.util
 import os
+import pathlib
+import subprocess
 import sys
 
 import pytest
 import torch
 
+if importlib.util.find_spec("triton") is None:
+    pytest.skip("triton is not installed", allow_module_level=True)
+
+# Without CUDA the kernels run in Triton's interpreter, which must be on before triton is first
+# imported (triton's own tl.max, tl.sum... are decorated then). If this process imported triton
+# earlier with the interpreter off, this file runs in a fresh process instead (test_in_fresh_process).
+_DELEGATE = False
 if not torch.cuda.is_available():
-    os.environ["TRITON_INTERPRET"] = "1"  # read when a kernel is decorated, i.e. at import
-triton = pytest.importorskip("triton")
+    if "triton" not in sys.modules:
+        os.environ["TRITON_INTERPRET"] = "1"
+    import triton.language.standard as _std
+
+    _DELEGATE = type(_std.max).__name__ != "InterpretedFunction"
 
 from sglang_asd.verify import strict_verify  # noqa: E402
+from sglang_asd.verify import triton_verify as tv  # noqa: E402
 from sglang_asd.verify.cases import links_from_parents, make_round  # noqa: E402
 from sglang_asd.verify.torch_verify import asd_verify as torch_asd_verify  # noqa: E402
 
-
-def _load_triton_verify():
-    """Import the kernels; re-import them if they were decorated before interpret mode was on."""
-    kernels = importlib.import_module("sglang_asd.verify.triton_kernels")
-    if os.environ.get("TRITON_INTERPRET") == "1" and type(kernels.asd_select_kernel).__name__ != "InterpretedFunction":
-        importlib.reload(kernels)
-        importlib.reload(sys.modules.get("sglang_asd.verify.triton_verify") or importlib.import_module(
-            "sglang_asd.verify.triton_verify"))
-    return importlib.import_module("sglang_asd.verify.triton_verify")
-
-
-tv = _load_triton_verify()
 # the interpreter evaluates -inf - -inf (an all-masked row) in numpy, which warns
 pytestmark = pytest.mark.filterwarnings("ignore:invalid value encountered:RuntimeWarning")
+
+
+@pytest.fixture(autouse=True)
+def _runs_here(request):
+    if _DELEGATE and request.node.name != "test_in_fresh_process":
+        pytest.skip("triton was imported without the interpreter: run by test_in_fresh_process")
+
+
+@pytest.mark.skipif(not _DELEGATE, reason="this process runs the kernels itself")
+@pytest.mark.filterwarnings("ignore")
+def test_in_fresh_process():
+    env = dict(os.environ, TRITON_INTERPRET="1")
+    p = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", __file__],
+                       cwd=pathlib.Path(__file__).resolve().parents[2], env=env, capture_output=True, text=True,
+                       timeout=600)
+    assert p.returncode == 0, p.stdout[-4000:] + p.stderr[-2000:]
+
+
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 TINY_BLOCK = 16
 
