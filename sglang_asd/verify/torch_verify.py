@@ -55,9 +55,15 @@ def asd_verify(
     """Choose each row's accepted path under the ASD rule; see ``ASDVerifyOutput``.
 
     Strict rows (remaining <= 0, gate <= 0 or cap <= 0) give SGLang's ``verify_tree_greedy``
-    result (predict, accept_index, num_correct_drafts) exactly. ``spent <= remaining`` holds
-    in float32 per row; the caller subtracts ``spent`` from its ledger (clamping at 0 guards
-    rounding when it keeps ``spent`` and ``budget`` instead).
+    result (predict, accept_index, num_correct_drafts) exactly, including ``predict`` off the
+    path (0, as ``eagle_sample`` allocates it). ``spent <= remaining`` holds in float32 per row;
+    the caller subtracts ``spent`` from its ledger (clamping at 0 guards rounding when it keeps
+    ``spent`` and ``budget`` instead).
+
+    Conventions, as in SGLang: node n of row b is global node b*W + n (SGLang's
+    ``retrive_index``); among siblings carrying the same token only the first in sibling order
+    counts; nodes deeper than K are never accepted. A given ``target_predict`` is used as is and
+    regret is measured against it (clamped at 0). Regret is float32; NaN counts as masked.
     """
     bs, W = candidates.shape
     K = depth

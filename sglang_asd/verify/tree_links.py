@@ -13,8 +13,10 @@ from typing import Tuple
 import torch
 
 
-def _invert(link: torch.Tensor) -> torch.Tensor:
-    """``link`` [bs, W] (n -> m or -1)  ->  [bs, W] (m -> n, -1 where nothing points to m)."""
+def _invert(
+    link: torch.Tensor,  # [bs, W] int64: n -> m, or -1
+) -> torch.Tensor:
+    """-> [bs, W] int64: m -> n, -1 where nothing points to m."""
     bs, W = link.shape
     node = torch.arange(W, device=link.device).expand(bs, W)
     inverse = torch.full((bs, W + 1), -1, dtype=torch.int64, device=link.device)
