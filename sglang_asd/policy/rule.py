@@ -34,8 +34,11 @@ def admits_exception(
     accepted, given ``exceptions_before`` exceptions with ``regret_before`` nats already
     accepted earlier in this block and ``remaining`` = B - spent before the block?
 
-    Strict identity: B == 0 or g == 0 or m == 0 admits nothing, not even a regret-0 tie.
-    Stop tokens and masked tokens (regret inf, or NaN) are never exceptions.
+    Strict identity: B == 0 or g == 0 or m == 0 admits nothing, not even a regret-0 tie; so
+    does an exhausted ledger (remaining == 0: the verifier contract's "0 => strict row").
+    Gate 3 is checked as ``block <= B - spent`` (what the verifier sees); the ledger clamps
+    ``spent`` to B against rounding. Stop tokens and masked tokens (regret inf, or NaN) are
+    never exceptions.
     """
     if not (remaining > 0 and config.gate > 0 and config.max_exceptions_per_block > 0):
         return False
