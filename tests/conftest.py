@@ -1,7 +1,7 @@
 """Shared test fixtures. Real SGLang servers on CPU (float32), started once per configuration and reused.
 
-Only the servers of one configuration are alive at a time (2 cores, 24 GB): asking for another
-configuration stops the previous ones. Each test module asks for the configurations it needs.
+At most ``MAX_ALIVE`` servers run at once (2 cores, 24 GB; a tiny-model server holds ~2 GB):
+the least recently used one is stopped to start another. ASD servers always export metrics.
 """
 
 from __future__ import annotations
@@ -33,22 +33,24 @@ CONFIGS = {
 }
 
 
+MAX_ALIVE = 4
+
+
 class ServerPool:
     def __init__(self):
-        self.alive: dict[tuple[str, str], Server] = {}
-        self.current: str | None = None
+        self.alive: dict[tuple, Server] = {}  # insertion order = recency
 
     def get(self, config: str, stock: bool = False, extra: tuple = ()) -> Server:
-        group = config
-        if self.current != group:
-            self.stop_all()
-            self.current = group
-        key = (config, "stock" if stock else "asd", extra)
-        if key not in self.alive:
+        key = (config, "stock" if stock else "asd", tuple(extra))
+        server = self.alive.pop(key, None)
+        if server is None:
+            while len(self.alive) >= MAX_ALIVE:
+                self.alive.pop(next(iter(self.alive))).stop()
             module = "sglang_asd.stock_server" if stock else "sglang_asd.launch_server"
-            args = list(CONFIGS[config]) + list(extra)
-            self.alive[key] = Server(f"{config}-{key[1]}", args, module=module)
-        return self.alive[key]
+            args = list(CONFIGS[config]) + ([] if stock else ["--enable-metrics"]) + list(extra)
+            server = Server(f"{config}-{key[1]}", args, module=module)
+        self.alive[key] = server
+        return server
 
     def stop_all(self):
         for server in self.alive.values():
@@ -66,4 +68,4 @@ def servers():
 @pytest.fixture(scope="session")
 def asd_server_url(servers):
     """A running ASD server (tiny EAGLE chain) for load-test smoke runs."""
-    return servers.get("eagle", extra=("--enable-metrics",)).url
+    return servers.get("eagle").url

@@ -11,7 +11,7 @@ pytestmark = pytest.mark.server
 
 @pytest.fixture(scope="module")
 def server(servers):
-    return servers.get("eagle", extra=("--enable-metrics",))
+    return servers.get("eagle")
 
 
 def test_exception_tokens_carry_true_target_logprobs(server):

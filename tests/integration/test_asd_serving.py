@@ -9,7 +9,6 @@ import requests
 
 pytestmark = pytest.mark.server
 
-METRICS = ("--enable-metrics",)
 PROMPTS = ["The quick brown fox", "def add(a, b):", "Once upon a time in a land far away", "1, 2, 3,",
            "import numpy as np", "Dear Sir or Madam,", "The weather today", "SELECT * FROM"]
 CAP = 2  # server default --asd-max-exceptions-per-block
@@ -18,7 +17,7 @@ ALGORITHMS = ["standalone", "eagle", "eagle_tree", "eagle3", "ngram"]
 
 @pytest.fixture(scope="module")
 def server(servers):
-    return servers.get("eagle", extra=METRICS)
+    return servers.get("eagle")
 
 
 def _check_receipt(out: dict, budget: float):
@@ -39,7 +38,7 @@ def _check_receipt(out: dict, budget: float):
 
 @pytest.mark.parametrize("algorithm", ALGORITHMS)
 def test_budget_receipts_and_acceptance(servers, algorithm):
-    server = servers.get(algorithm, extra=METRICS) if algorithm == "eagle" else servers.get(algorithm)
+    server = servers.get(algorithm)
     strict_len, asd_len, spent = 0.0, 0.0, 0.0
     for p in PROMPTS[:4]:
         strict = server.generate(p, max_new_tokens=32, ignore_eos=True)
