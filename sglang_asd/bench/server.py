@@ -67,8 +67,11 @@ def _tail(path: Path, lines: int = 20) -> str:
 class LaunchedServer:
     """Context manager: ``with LaunchedServer("--asd-max-budget 32", log) as url: ...``."""
 
-    def __init__(self, args: str, log_path: Path, timeout: float = 900.0, python: str = sys.executable):
-        self.argv = shlex.split(args)
+    def __init__(self, args: str | list[str], log_path: Path, timeout: float = 900.0, python: str = sys.executable,
+                 module: str = "sglang_asd.launch_server", env: Optional[dict] = None):
+        self.argv = shlex.split(args) if isinstance(args, str) else list(args)
+        self.module = module
+        self.env = env
         self.host = _flag(self.argv, "--host") or "127.0.0.1"
         port = _flag(self.argv, "--port")
         if port is None:
@@ -85,10 +88,10 @@ class LaunchedServer:
     def __enter__(self) -> str:
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         log = self.log_path.open("ab")
-        cmd = [self.python, "-m", "sglang_asd.launch_server", *self.argv]
+        cmd = [self.python, "-m", self.module, *self.argv]
         log.write(("$ " + shlex.join(cmd) + "\n").encode())
         log.flush()
-        self.proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        self.proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True, env=self.env)
         log.close()
         try:
             wait_healthy(self.url, self.timeout, self.proc, self.log_path)
@@ -100,10 +103,11 @@ class LaunchedServer:
     def __exit__(self, *exc) -> None:
         self.stop()
 
-    def stop(self, grace: float = 60.0) -> None:
+    def stop(self, grace: float = 60.0) -> Optional[int]:
+        """Stop the server; returns the launcher's exit status (0 = clean shutdown)."""
         proc, self.proc = self.proc, None
         if proc is None:
-            return
+            return None
         # SIGTERM to the launcher: SGLang drains and takes its children (scheduler, detokenizer) down.
         if proc.poll() is None:
             proc.send_signal(signal.SIGTERM)
@@ -116,4 +120,4 @@ class LaunchedServer:
             os.killpg(proc.pid, signal.SIGKILL)
         except ProcessLookupError:
             pass
-        proc.wait()
+        return proc.wait()
