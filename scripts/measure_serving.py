@@ -53,29 +53,18 @@ PROMPTS = [
 ]
 
 
-def run_pass(url: str, budget: float, max_new: int, chat: bool = False) -> dict:
+def run_pass(url: str, budget: float, max_new: int) -> dict:
     tokens, rounds, accepted, spent = 0, 0, 0.0, 0.0
     t0 = time.perf_counter()
     for prompt in PROMPTS:
-        if chat:
-            body = {"model": "default", "messages": [{"role": "user", "content": prompt}], "max_tokens": max_new,
-                    "temperature": 0, "ignore_eos": True, "asd_budget": budget}
-            out = requests.post(url + "/v1/chat/completions", json=body, timeout=1200).json()
-            n = out["usage"]["completion_tokens"]
-            receipt = out.get("asd") or {}
-            meta = {}
-        else:
-            body = {"text": prompt, "sampling_params": {"temperature": 0, "max_new_tokens": max_new,
-                                                        "ignore_eos": True, "asd_budget": budget}}
-            out = requests.post(url + "/generate", json=body, timeout=1200).json()
-            meta = out["meta_info"]
-            n = meta["completion_tokens"]
-            receipt = meta.get("asd") or {}
-        tokens += n
+        body = {"text": prompt, "sampling_params": {"temperature": 0, "max_new_tokens": max_new,
+                                                    "ignore_eos": True, "asd_budget": budget}}
+        meta = requests.post(url + "/generate", json=body, timeout=1200).json()["meta_info"]
+        tokens += meta["completion_tokens"]
         ct = meta.get("spec_verify_ct") or 0
         rounds += ct
         accepted += (meta.get("spec_accept_length") or 0) * ct
-        spent += receipt.get("spent", 0.0)
+        spent += (meta.get("asd") or {}).get("spent", 0.0)
     wall = time.perf_counter() - t0
     return {"budget": budget, "tokens": tokens, "wall_s": round(wall, 3), "tok_per_s": round(tokens / wall, 2),
             "accept_length": round(accepted / rounds, 3) if rounds else None, "spent_mean": round(spent / len(PROMPTS), 4)}
@@ -100,10 +89,10 @@ def main() -> None:
         t0 = time.perf_counter()
         with LaunchedServer([*sg_args, "--dtype", args.dtype], log) as url:
             start_s = time.perf_counter() - t0
-            run_pass(url, 0, 8, chat=False)  # warm-up
+            run_pass(url, 0, 8)  # warm-up
             spec = any("--speculative-algorithm" in a for a in sg_args) or not sg_args
             for budget in budgets if spec else [0.0]:
-                row = {"setup": name, "start_s": round(start_s, 1), **run_pass(url, budget, args.max_new_tokens, False)}
+                row = {"setup": name, "start_s": round(start_s, 1), **run_pass(url, budget, args.max_new_tokens)}
                 results.append(row)
                 print(json.dumps(row), flush=True)
     args.out.parent.mkdir(parents=True, exist_ok=True)
