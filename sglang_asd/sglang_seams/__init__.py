@@ -9,7 +9,8 @@ silently verified strictly would lie to its users, so a missing hook stops the p
 Processes:
 - launcher / HTTP server (tokenizer manager): ``install_frontend_hooks`` (request validation,
   OpenAI fields, receipts in responses; CPU platform facts for argument resolution).
-- each scheduler (every TP rank): ``install_scheduler_hooks`` (ledger, verify, receipts, metrics).
+- each scheduler (every TP rank): ``install_scheduler_hooks`` (ledger, verify, receipts, metrics,
+  and the STANDALONE draft's KV convention: ``standalone_draft``).
 - detokenizer: nothing.
 """
 
@@ -92,7 +93,7 @@ def check_installed(targets: Iterable[str], bindings: Iterable[tuple[str, str]] 
 
 
 def scheduler_hooks() -> list[tuple[str, Callable]]:
-    from sglang_asd.sglang_seams import eagle_sample, req_to_token_pool, scheduler
+    from sglang_asd.sglang_seams import eagle_sample, req_to_token_pool, scheduler, standalone_draft
 
     return [
         (eagle_sample.EAGLE_SAMPLE, eagle_sample.eagle_sample_around),
@@ -102,21 +103,27 @@ def scheduler_hooks() -> list[tuple[str, Callable]]:
         (scheduler.CREATE_REQ, scheduler.create_generation_req_around),
         (scheduler.STREAMER_CLASS, scheduler.output_streamer_class_around),
         (scheduler.INIT_METRICS, scheduler.init_metrics_collector_around),
+        *standalone_draft.hooks(),
     ]
 
 
 def install_scheduler_hooks(settings: ASDServerSettings) -> None:
     """Scheduler process: install, apply and verify every scheduler-side hook."""
-    from sglang_asd.sglang_seams import eagle_sample
+    from sglang_asd.sglang_seams import eagle_sample, standalone_draft
     from sglang_asd.sglang_seams.runtime import set_runtime
 
     set_runtime(settings)
     hooks = scheduler_hooks()
-    _register_and_apply(hooks, preload=eagle_sample.EAGLE_SAMPLE_BINDINGS + eagle_sample.VERIFY_TREE_GREEDY_BINDINGS)
+    _register_and_apply(
+        hooks,
+        preload=eagle_sample.EAGLE_SAMPLE_BINDINGS + eagle_sample.VERIFY_TREE_GREEDY_BINDINGS + standalone_draft.PRELOAD,
+    )
     check_installed(
         [t for t, _ in hooks],
         bindings=[(m, "eagle_sample") for m in eagle_sample.EAGLE_SAMPLE_BINDINGS]
-        + [(m, "verify_tree_greedy_func") for m in eagle_sample.VERIFY_TREE_GREEDY_BINDINGS],
+        + [(m, "verify_tree_greedy_func") for m in eagle_sample.VERIFY_TREE_GREEDY_BINDINGS]
+        + [(m, name) for m in standalone_draft.BINDINGS
+           for name in ("prepare_for_draft", "prepare_for_draft_extend")],
     )
     logger.info("sglang_asd: %d scheduler hooks installed and verified", len(hooks))
 
