@@ -193,3 +193,35 @@ def test_bad_shapes_are_refused_with_the_value_got():
         tv.asd_verify_triton(*bad, **kwargs)
     with pytest.raises(ValueError, match="depth must be an integer >= 1, got 0"):
         tv.asd_verify_triton(*args[:-1], 0, **kwargs)
+
+
+class _RecordingKernel:
+    """Stands in for a @triton.jit kernel: records ``kernel[grid](*args, **meta)``, runs nothing."""
+
+    def __init__(self):
+        self.calls = []
+
+    def __getitem__(self, grid):
+        def launch(*args, **meta):
+            scalars = [a for a in args if not isinstance(a, torch.Tensor)]
+            self.calls.append((tuple(grid), tuple(scalars), tuple(sorted(meta.items()))))
+
+        return launch
+
+
+@pytest.mark.parametrize("target_predict", [False, True])
+def test_wrapper_never_syncs_and_its_launch_depends_on_shapes_only(monkeypatch, target_predict):
+    """What CUDA graphs need from the Python side: no host sync (the Tensor methods that would
+    sync raise) and the same grid, scalars and constexprs for any data of the same shapes."""
+    vocab, select = _RecordingKernel(), _RecordingKernel()
+    monkeypatch.setattr(tv, "row_argmax_partials_kernel", vocab)
+    monkeypatch.setattr(tv, "asd_select_kernel", select)
+    rounds = [make_round(3, 6, 3, 40, tree=True, seed=s, hard=True, device=DEVICE) for s in (1, 2)]
+    calls = [rnd.args(target_predict=target_predict) for rnd in rounds]
+    for name in ("item", "tolist", "cpu", "numpy", "__bool__", "__int__", "__float__", "__index__"):
+        monkeypatch.setattr(torch.Tensor, name, lambda *a, _n=name, **k: pytest.fail(f"Tensor.{_n} on the hot path"))
+    for args, kwargs in calls:
+        tv.asd_verify_triton(*args, **kwargs)
+    monkeypatch.undo()
+    assert len(select.calls) == 2 and select.calls[0] == select.calls[1]
+    assert len(vocab.calls) == (0 if target_predict else 2) and vocab.calls[:1] == vocab.calls[1:]
