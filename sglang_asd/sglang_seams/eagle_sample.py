@@ -69,7 +69,7 @@ def _asd_rows(step: _VerifyStep) -> torch.Tensor:
 
 
 def _run_asd(step: _VerifyStep, candidates, retrive_next_token, retrive_next_sibling, target_predict):
-    return asd_verify(
+    return _tp_consistent(asd_verify(
         candidates,
         step.logits,
         retrive_next_token,
@@ -80,7 +80,30 @@ def _run_asd(step: _VerifyStep, candidates, retrive_next_token, retrive_next_sib
         step.depth,
         stop_tokens=step.stop_tokens,
         target_predict=target_predict,
-    )
+    ))
+
+
+def _tp_consistent(out: ASDVerifyOutput) -> ASDVerifyOutput:
+    """Make every TP rank take rank 0's decision where SGLang does the same for strict greedy.
+
+    On CUDA every rank holds the same all-gathered logits and drafts, and the verifier is
+    deterministic, so ranks agree without communication (see ``sglang_asd.verify.triton_verify``).
+    On ROCm SGLang broadcasts the greedy result because per-rank drafts can differ; ASD then
+    broadcasts its whole decision (one collective), so the ledgers stay identical across ranks too.
+    """
+    from sglang.srt.speculative import eagle_utils
+
+    if not eagle_utils._is_hip:
+        return out
+    from sglang.srt.layers.dp_attention import is_dp_attention_enabled
+    from sglang.srt.runtime_context import get_parallel
+
+    group = get_parallel().attn_tp_group if is_dp_attention_enabled() else get_parallel().tp_group
+    if group.world_size == 1:
+        return out
+    from sglang_asd.verify.tp import broadcast_decision
+
+    return broadcast_decision(out, group=group.device_group, src=0)
 
 
 def _merge(rows, out: ASDVerifyOutput, predict, accept_index, num_correct_drafts, W: int):
