@@ -29,6 +29,12 @@ def prepare_process() -> bool:
     installed = cpu_backend.install()
     if installed:
         os.environ.setdefault("SGLANG_USE_CPU_ENGINE", "1")
+        # SGLang wraps a few small speculative helpers in torch.compile (e.g. the EAGLE tree's
+        # top-k selection); on CPU inductor compiles them with the C++ toolchain on first use, a
+        # stall of tens of seconds per process for ops that take microseconds eagerly.
+        import torch._dynamo
+
+        torch._dynamo.config.disable = True
     return installed
 
 
