@@ -1,6 +1,6 @@
 """Shared test fixtures. Real SGLang servers on CPU (float32), started once per configuration and reused.
 
-At most ``MAX_ALIVE`` servers run at once (2 cores, 24 GB; a tiny-model server holds ~2 GB):
+At most ``MAX_ALIVE`` servers run at once (2 cores, 24 GB; a tiny-model server holds ~3 GB and sleeps when idle):
 the least recently used one is stopped to start another. ASD servers always export metrics.
 """
 
@@ -33,7 +33,7 @@ CONFIGS = {
 }
 
 
-MAX_ALIVE = 4
+MAX_ALIVE = 3
 
 
 class ServerPool:
