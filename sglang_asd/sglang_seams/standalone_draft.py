@@ -36,11 +36,13 @@ How: the draft KV at position p holds x_p, exactly like the target's, so a radix
    with a one-token "root forward" of b at position seq_len into the slot that verify writes there
    too (allocated: it is the first slot of the verify window). Its argmax / top-k / proposal is
    the first draft token. ``prepare_for_draft`` then runs with ``seq_lens + 1`` (restored before
-   the verify tree is built), so the draft chain's positions and slots move up by one; its last
-   write is still inside the window the verify and draft-extend use (chain: seq_len + num_steps - 1
-   < seq_len + W). The window plan (``target_translator``, CUDA chain only) is not used under the
-   shift, since it would start one slot late; the verify then computes its own ``out_cache_loc``
-   as it does for trees and on CPU.
+   the verify tree is built), so the draft's positions and slots move up by one. Its last write,
+   seq_len + topk*num_steps - 1 at most (chain: seq_len + num_steps - 1 < seq_len + W), stays
+   inside what SGLang allocates per round: committed length + 2*max(topk*num_steps, W), where the
+   committed length trails seq_len by at most one round (W) under the overlap scheduler. The
+   window plan (``target_translator``, CUDA chain only) is not used under the shift, since it
+   would start one slot late; the verify then computes its own ``out_cache_loc`` as it does for
+   trees and on CPU.
 Cost: one extra one-token draft forward per round (eager; outside the draft CUDA graph), and the
 draft-extend logits go unused. No KV allocation changes, no host sync.
 
@@ -154,12 +156,13 @@ def _signature(fn) -> inspect.Signature:
 
 def prepare_for_draft_around(original, *args, **kwargs):
     """Root forward, then SGLang's draft preparation one position up (module docstring, 3)."""
+    runner = args[4] if len(args) > 4 else kwargs.get("draft_model_runner")
+    if not _is_standalone(runner):
+        return original(*args, **kwargs)
     bound = _signature(original).bind(*args, **kwargs)
     bound.apply_defaults()
     a = bound.arguments
-    batch, runner = a["batch"], a["draft_model_runner"]
-    if not _is_standalone(runner):
-        return original(*args, **kwargs)
+    batch = a["batch"]
     _root_forward(a["draft_input"], a["req_to_token_pool"], batch, runner, a["topk"])
     if batch.forward_mode.is_idle():
         return original(*bound.args, **bound.kwargs)
