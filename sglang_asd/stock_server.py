@@ -1,7 +1,8 @@
 """``python -m sglang_asd.stock_server <sglang args>``: stock SGLang, no ASD, for comparisons.
 
 The same process bootstrap as ``sglang_asd.launch_server`` (on CPU: the plain-torch ``sgl_kernel``
-stand-in and the same working defaults), but none of the ASD hooks: our SGLang plugin is
+stand-in, the same working defaults and the CPU-path fixes of ``sglang_seams/cpu_paths.py``), but
+none of the ASD hooks: our SGLang plugin is
 disabled through ``SGLANG_PLUGINS``. Tests use it as the "stock SGLang" side of token-for-token
 identity checks; benchmarks may use it as a baseline.
 """
@@ -32,11 +33,13 @@ def main(argv: list[str] | None = None) -> None:
     from sglang.srt.server_args import prepare_server_args
     from sglang.srt.utils import kill_process_tree
 
+    from sglang_asd.sglang_seams.process import run_stock_scheduler_process
+
     server_args = prepare_server_args(argv)
     try:
         from sglang.srt.entrypoints.http_server import launch_server
 
-        launch_server(server_args)
+        launch_server(server_args, run_scheduler_process_func=run_stock_scheduler_process)
     finally:
         kill_process_tree(os.getpid(), include_parent=False)
 

@@ -107,6 +107,17 @@ def scheduler_hooks() -> list[tuple[str, Callable]]:
     ]
 
 
+def install_cpu_path_hooks() -> list[tuple[str, Callable]]:
+    """Scheduler process on CPU: SGLang paths that need a CPU fix (none on a GPU install)."""
+    from sglang_asd.sglang_seams import cpu_paths
+
+    hooks = cpu_paths.hooks()
+    if hooks:
+        _register_and_apply(hooks, preload=("sglang.srt.managers.scheduler",))
+        check_installed([t for t, _ in hooks])
+    return hooks
+
+
 def install_scheduler_hooks(settings: ASDServerSettings) -> None:
     """Scheduler process: install, apply and verify every scheduler-side hook."""
     from sglang_asd.sglang_seams import eagle_sample, standalone_draft
@@ -125,6 +136,7 @@ def install_scheduler_hooks(settings: ASDServerSettings) -> None:
         + [(m, name) for m in standalone_draft.BINDINGS
            for name in ("prepare_for_draft", "prepare_for_draft_extend")],
     )
+    hooks += install_cpu_path_hooks()
     logger.info("sglang_asd: %d scheduler hooks installed and verified", len(hooks))
 
 

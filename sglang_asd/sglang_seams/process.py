@@ -47,3 +47,14 @@ def run_scheduler_process(asd_settings, *args, **kwargs):
     from sglang.srt.managers.scheduler import run_scheduler_process as sglang_run_scheduler_process
 
     return sglang_run_scheduler_process(*args, **kwargs)
+
+
+def run_stock_scheduler_process(*args, **kwargs):
+    """Scheduler entry for ``sglang_asd.stock_server``: the CPU bootstrap and CPU-path fixes only."""
+    prepare_process()
+    from sglang_asd.sglang_seams import install_cpu_path_hooks
+
+    install_cpu_path_hooks()
+    from sglang.srt.managers.scheduler import run_scheduler_process as sglang_run_scheduler_process
+
+    return sglang_run_scheduler_process(*args, **kwargs)

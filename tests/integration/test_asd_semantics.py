@@ -70,6 +70,11 @@ def test_paged_kv_and_radix_cache(servers):
     again = server.generate("Dear Sir or Madam, I write to you about", max_new_tokens=24, ignore_eos=True, asd_budget=8)
     assert again["meta_info"]["cached_tokens"] > 0  # served from the radix cache
     assert again["output_ids"] == first["output_ids"]
-    assert again["meta_info"]["asd"]["events"] == first["meta_info"]["asd"]["events"]
+    decisions = [[(e["pos"], e["draft"], e["target"]) for e in o["meta_info"]["asd"]["events"]] for o in (first, again)]
+    assert decisions[0] == decisions[1]  # regrets agree to float32 rounding (cached prefix, other shapes)
     r = again["meta_info"]["asd"]
     assert r["applied"] and r["spent"] <= 8.0
+    strict = server.generate("Dear Sir or Madam, I write to you about", max_new_tokens=24, ignore_eos=True)
+    stock = servers.get("eagle", stock=True, extra=("--page-size", "4"))
+    assert strict["output_ids"] == stock.generate("Dear Sir or Madam, I write to you about", max_new_tokens=24,
+                                                  ignore_eos=True)["output_ids"]
