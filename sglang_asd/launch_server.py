@@ -108,6 +108,8 @@ def cpu_defaults(argv: list[str]) -> list[str]:
         extra += ["--max-running-requests", "64"]
     if not _has_flag(argv, "--max-total-tokens"):  # a KV pool sized for CPU serving starts in seconds
         extra += ["--max-total-tokens", "65536"]
+    if not _has_flag(argv, "--dtype"):  # SGLang's "auto" serves fp32 checkpoints in fp16, slow on CPUs
+        extra += ["--dtype", "bfloat16"]
     if not _has_flag(argv, "--sleep-on-idle"):  # an idle scheduler otherwise polls at ~1/3 of a core
         extra += ["--sleep-on-idle"]
     return argv + extra
