@@ -15,7 +15,10 @@ if [ -f "$STAMP" ] && cmp -s "$STAMP" scripts/requirements-cpu.txt; then
 fi
 start=$(date +%s)
 "$PY" -m venv "$VENV"
-PIP="$VENV/bin/python -m pip"
+# pip's site config names local wheel folders that may not exist on every machine; drop its
+# per-package "Location ... is ignored" warnings so the log shows what matters.
+pip_() { "$VENV/bin/python" -m pip "$@" 2>&1 | { grep -v "^WARNING: Location '" || true; }; }
+PIP=pip_
 $PIP install -q --upgrade pip wheel
 echo "[setup] torch stack (CUDA wheel; runs on CPU)"
 $PIP install -q "torch==2.14.1" "torchvision==0.29.1" "triton~=3.8.0"

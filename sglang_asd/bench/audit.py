@@ -33,7 +33,7 @@ from sglang_asd.bench import datasets, report, scoring, stats
 from sglang_asd.bench.client import GenRequest, parse_budgets, served_model
 from sglang_asd.bench.metrics import first_errors, result_metrics
 from sglang_asd.bench.runner import run_pass
-from sglang_asd.bench.server import LaunchedServer
+from sglang_asd.bench.server import LaunchedServer, add_server_args
 
 COLUMNS = (
     ("task", "task"), ("budget", "budget"), ("n", "n"), ("accuracy", "accuracy"),
@@ -206,11 +206,7 @@ def write(audit: dict, items: list[dict], out: Path, speed: Optional[dict]) -> N
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m sglang_asd.bench.audit", description=__doc__.split("\n\n")[0])
-    where = p.add_mutually_exclusive_group(required=True)
-    where.add_argument("--url", help="base URL of a running server, e.g. http://127.0.0.1:30000")
-    where.add_argument("--launch", metavar="'SERVER ARGS'",
-                       help="start python -m sglang_asd.launch_server with these args; write --launch='ARGS' "
-                            "(one quoted string; '' = the CPU demo)")
+    add_server_args(p)
     p.add_argument("--budgets", default="0,8,32", help="comma-separated asd_budget values; 0 is always added")
     p.add_argument("--tasks", default=",".join(datasets.TASKS), help="comma-separated tasks")
     p.add_argument("--limit", type=int, default=None, help="first N items per task (default: all shipped)")

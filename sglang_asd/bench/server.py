@@ -20,6 +20,15 @@ from typing import Optional
 import requests
 
 
+def add_server_args(p) -> None:
+    """``--url`` (a running server) or ``--launch='ARGS'`` (start a CPU server): one is required."""
+    where = p.add_mutually_exclusive_group(required=True)
+    where.add_argument("--url", help="base URL of a running server, e.g. http://127.0.0.1:30000")
+    where.add_argument("--launch", metavar="'SERVER ARGS'",
+                       help="start python -m sglang_asd.launch_server with these args; write --launch='ARGS' "
+                            "(one quoted string; '' = the CPU demo)")
+
+
 def free_port(host: str = "127.0.0.1") -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind((host, 0))

@@ -31,7 +31,7 @@ from sglang_asd.bench import datasets, report, stats
 from sglang_asd.bench.client import GenRequest, parse_budgets, served_model
 from sglang_asd.bench.metrics import first_errors, result_metrics
 from sglang_asd.bench.runner import PassResult, run_pass
-from sglang_asd.bench.server import LaunchedServer
+from sglang_asd.bench.server import LaunchedServer, add_server_args
 
 COLUMNS = (
     ("budget", "budget"), ("speedup_median", "tok/s ASD/strict (median)"),
@@ -217,11 +217,7 @@ def write(result: dict, out: Path) -> None:
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m sglang_asd.bench.speed", description=__doc__.split("\n\n")[0])
-    where = p.add_mutually_exclusive_group(required=True)
-    where.add_argument("--url", help="base URL of a running server, e.g. http://127.0.0.1:30000")
-    where.add_argument("--launch", metavar="'SERVER ARGS'",
-                       help="start python -m sglang_asd.launch_server with these args; write --launch='ARGS' "
-                            "(one quoted string; '' = the CPU demo)")
+    add_server_args(p)
     p.add_argument("--budgets", default="0,2,8,32", help="comma-separated asd_budget values (default 0,2,8,32)")
     p.add_argument("--dataset", default="gsm8k,mtbench", help=f"prompt sources, subset of {','.join(datasets.TASKS)}")
     p.add_argument("--num-prompts", type=int, default=32)
