@@ -10,7 +10,8 @@ cd "$(dirname "$0")/.."
 VENV=${VENV:-.venv}
 PY=${PYTHON:-python3.11}
 STAMP="$VENV/.sglang_asd_setup_v1"
-if [ -f "$STAMP" ] && cmp -s "$STAMP" scripts/requirements-cpu.txt; then
+WANT=$(cat scripts/setup_venv.sh scripts/requirements-cpu.txt pyproject.toml | sha256sum | cut -d' ' -f1)
+if [ -f "$STAMP" ] && [ "$(cat "$STAMP")" = "$WANT" ]; then
   echo "[setup] $VENV is up to date"; exit 0
 fi
 start=$(date +%s)
@@ -28,5 +29,5 @@ echo "[setup] serving dependencies"
 $PIP install -q -r scripts/requirements-cpu.txt
 echo "[setup] sglang_asd (editable)"
 $PIP install -q --no-deps -e .
-cp scripts/requirements-cpu.txt "$STAMP"
+echo "$WANT" > "$STAMP"
 echo "[setup] done in $(( $(date +%s) - start )) s; $(du -sh "$VENV" | cut -f1)"
