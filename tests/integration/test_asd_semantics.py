@@ -19,7 +19,9 @@ def test_exception_tokens_carry_true_target_logprobs(server):
     body = {"text": "Once upon a time in a land far away", "return_logprob": True, "top_logprobs_num": 1,
             "sampling_params": {"temperature": 0, "max_new_tokens": 32, "ignore_eos": True, "asd_budget": 16}}
     meta = requests.post(server.url + "/generate", json=body).json()["meta_info"]
-    assert meta["asd"]["events"] == out["meta_info"]["asd"]["events"]
+    # Same decisions as without logprobs (the prompt is now cached: regrets agree to float32 rounding).
+    assert [(e["pos"], e["draft"], e["target"]) for e in meta["asd"]["events"]] == \
+        [(e["pos"], e["draft"], e["target"]) for e in out["meta_info"]["asd"]["events"]]
     assert meta["asd"]["exceptions"] > 0
     for e in meta["asd"]["events"]:
         logprob, token, _ = meta["output_token_logprobs"][e["pos"]]
