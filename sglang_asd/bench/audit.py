@@ -19,7 +19,6 @@ else mean accept length; y = accuracy).
 from __future__ import annotations
 
 import argparse
-import contextlib
 import difflib
 import hashlib
 import sys
@@ -33,7 +32,7 @@ from sglang_asd.bench import datasets, report, scoring, stats
 from sglang_asd.bench.client import GenRequest, parse_budgets, served_model
 from sglang_asd.bench.metrics import first_errors, result_metrics
 from sglang_asd.bench.runner import run_pass
-from sglang_asd.bench.server import LaunchedServer, add_server_args
+from sglang_asd.bench.server import add_server_args, target_server
 
 COLUMNS = (
     ("task", "task"), ("budget", "budget"), ("n", "n"), ("accuracy", "accuracy"),
@@ -237,12 +236,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     except (ValueError, OSError) as e:
         raise SystemExit(f"error: {e}")
     args.out.mkdir(parents=True, exist_ok=True)
-    with contextlib.ExitStack() as stack:
-        if args.launch is not None:
-            print(f"starting server (log: {args.out / 'server.log'}) ...", file=sys.stderr)
-            url = stack.enter_context(LaunchedServer(args.launch, args.out / "server.log", args.launch_timeout))
-        else:
-            url = args.url.rstrip("/")
+    with target_server(args) as url:
         rows, items = run(args, url)
     audit = assemble(args, url, rows, speed)
     write(audit, items, args.out, speed)

@@ -7,6 +7,7 @@ benchmark's output so a failed start can be read.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shlex
 import signal
@@ -15,7 +16,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Optional
+from typing import Iterator, Optional
 
 import requests
 
@@ -27,6 +28,17 @@ def add_server_args(p) -> None:
     where.add_argument("--launch", metavar="'SERVER ARGS'",
                        help="start python -m sglang_asd.launch_server with these args; write --launch='ARGS' "
                             "(one quoted string; '' = the CPU demo)")
+
+
+@contextlib.contextmanager
+def target_server(args) -> Iterator[str]:
+    """The base URL of ``--url``, or of a server started from ``--launch`` for the ``with`` block."""
+    if args.launch is None:
+        yield args.url.rstrip("/")
+        return
+    print(f"starting server (log: {args.out / 'server.log'}) ...", file=sys.stderr)
+    with LaunchedServer(args.launch, args.out / "server.log", args.launch_timeout) as url:
+        yield url
 
 
 def free_port(host: str = "127.0.0.1") -> int:

@@ -19,7 +19,6 @@ With ``--launch`` it starts ``python -m sglang_asd.launch_server SERVER ARGS`` i
 from __future__ import annotations
 
 import argparse
-import contextlib
 import sys
 import time
 from pathlib import Path
@@ -31,7 +30,7 @@ from sglang_asd.bench import datasets, report, stats
 from sglang_asd.bench.client import GenRequest, parse_budgets, served_model
 from sglang_asd.bench.metrics import first_errors, result_metrics
 from sglang_asd.bench.runner import PassResult, run_pass
-from sglang_asd.bench.server import LaunchedServer, add_server_args
+from sglang_asd.bench.server import add_server_args, target_server
 
 COLUMNS = (
     ("budget", "budget"), ("speedup_median", "tok/s ASD/strict (median)"),
@@ -244,12 +243,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     except ValueError as e:
         raise SystemExit(f"error: {e}")
     args.out.mkdir(parents=True, exist_ok=True)
-    with contextlib.ExitStack() as stack:
-        if args.launch is not None:
-            print(f"starting server (log: {args.out / 'server.log'}) ...", file=sys.stderr)
-            url = stack.enter_context(LaunchedServer(args.launch, args.out / "server.log", args.launch_timeout))
-        else:
-            url = args.url.rstrip("/")
+    with target_server(args) as url:
         result = run(args, url)
     write(result, args.out)
     print(report.markdown_table(result["budgets"], COLUMNS))
