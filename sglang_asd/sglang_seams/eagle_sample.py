@@ -33,6 +33,9 @@ from typing import Optional
 
 import torch
 
+from sglang.srt.managers.auxiliary_output import append_auxiliary_output
+from sglang.srt.speculative import eagle_utils
+
 from sglang_asd.sglang_seams.aux_output import ASDDeviceOutput
 from sglang_asd.verify import ASDVerifyOutput, asd_verify
 
@@ -58,14 +61,11 @@ class _VerifyStep:
     cap: torch.Tensor  # [bs] int32
     stop_tokens: torch.Tensor  # [bs, T] int64, -1 padded
     depth: int  # K
+    active: torch.Tensor  # [bs] bool: rows decided by ASD (remaining, gate and cap all > 0)
     out: Optional[ASDVerifyOutput] = None
 
 
 _STEP: contextvars.ContextVar[Optional[_VerifyStep]] = contextvars.ContextVar("asd_verify_step", default=None)
-
-
-def _asd_rows(step: _VerifyStep) -> torch.Tensor:
-    return (step.remaining > 0) & (step.gate > 0) & (step.cap > 0)  # [bs] bool
 
 
 def _run_asd(step: _VerifyStep, candidates, retrive_next_token, retrive_next_sibling, target_predict):
@@ -91,8 +91,6 @@ def _tp_consistent(out: ASDVerifyOutput) -> ASDVerifyOutput:
     On ROCm SGLang broadcasts the greedy result because per-rank drafts can differ; ASD then
     broadcasts its whole decision (one collective), so the ledgers stay identical across ranks too.
     """
-    from sglang.srt.speculative import eagle_utils
-
     if not eagle_utils._is_hip:
         return out
     from sglang.srt.layers.dp_attention import is_dp_attention_enabled
@@ -123,7 +121,7 @@ def verify_tree_greedy_around(original, *args, **kwargs):
     out = _run_asd(step, bound["candidates"], bound["retrieve_next_token"], bound["retrieve_next_sibling"],
                    bound["target_predict"])
     W = bound["candidates"].shape[1]
-    _merge(_asd_rows(step), out, predicts, accept_index, accept_token_num, W)
+    _merge(step.active, out, predicts, accept_index, accept_token_num, W)
     step.out = out
     return predicts, accept_index, accept_token_num
 
@@ -145,13 +143,15 @@ def eagle_sample_around(original, verify_input, batch, logits_output, *args, **k
         return original(verify_input, batch, logits_output, *args, **kwargs)
 
     rows = batch.req_pool_indices  # [bs] device
+    remaining, gate, cap = table.remaining[rows], table.gate[rows], table.cap[rows]
     step = _VerifyStep(
         logits=logits_output.next_token_logits,
-        remaining=table.remaining[rows],
-        gate=table.gate[rows],
-        cap=table.cap[rows],
+        remaining=remaining,
+        gate=gate,
+        cap=cap,
         stop_tokens=table.stop_tokens[rows],
         depth=verify_input.max_tree_depth - 1,
+        active=(remaining > 0) & (gate > 0) & (cap > 0),
     )
     token = _STEP.set(step)
     try:
@@ -166,16 +166,13 @@ def eagle_sample_around(original, verify_input, batch, logits_output, *args, **k
         # SGLang took a sampling branch (mixed batch on GPU): ASD rows are greedy, decide them here.
         step.out = _run_asd(step, candidates, verify_input.retrieve_next_token, verify_input.retrieve_next_sibling, None)
         num_correct = accept_lens - 1
-        _merge(_asd_rows(step), step.out, predict, accept_index, num_correct, W)
+        _merge(step.active, step.out, predict, accept_index, num_correct, W)
         accept_lens = num_correct + 1
 
-    out = step.out
-    active = _asd_rows(step)
+    out, active = step.out, step.active
     # Charge the device ledger (strict rows spend 0; padding rows map to the all-zero slot 0).
     table.remaining.index_put_((rows,), step.remaining - torch.where(active, out.spent, torch.zeros_like(out.spent)))
     accepted_tokens = candidates.gather(1, _path_nodes(out.accept_index, bs, W))  # [bs, K] tokens on the path
-    from sglang.srt.managers.auxiliary_output import append_auxiliary_output
-
     logits_output.auxiliary_device_output = append_auxiliary_output(
         logits_output.auxiliary_device_output,
         ASDDeviceOutput.from_verify(out, active, accepted_tokens),
