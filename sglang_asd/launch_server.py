@@ -69,7 +69,7 @@ def demo_args() -> list[str]:
         "--speculative-num-steps", "4",
         "--speculative-eagle-topk", "1",
         "--speculative-num-draft-tokens", "5",
-        "--asd-default-budget", "0",
+        "--asd-standalone-draft-fix",  # a plain-LM draft needs it to see its own tokens
     ]
 
 
@@ -134,12 +134,9 @@ def check_start(argv: list[str]) -> None:
 
 def build_argv(argv: list[str]) -> tuple[server_settings.ASDServerSettings, list[str]]:
     argv = _merge_config(list(argv))
+    if not (_has_flag(argv, "--model-path") or _has_flag(argv, "--model")):
+        argv = demo_args() + argv  # the user's own flags come later and win
     settings, rest = server_settings.split_argv(argv)
-    if not (_has_flag(rest, "--model-path") or _has_flag(rest, "--model")):
-        demo_settings, demo_rest = server_settings.split_argv(demo_args())
-        if settings == server_settings.ASDServerSettings():
-            settings = demo_settings
-        rest = demo_rest + rest
     from sglang_asd import cpu_backend
 
     if cpu_backend.is_installed():

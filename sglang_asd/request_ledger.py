@@ -11,7 +11,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Mapping, Optional
 
-from sglang_asd.policy import RULE_VERSION, validate_budget, validate_cap, validate_gate
+from sglang_asd.policy import RULE_VERSION, ASDConfig, validate_budget
 from sglang_asd.server_settings import ASDServerSettings
 
 # Keys of SamplingParams.custom_params that carry a request's ASD choices (the HTTP layer moves
@@ -22,32 +22,34 @@ CAP_KEY = "asd_max_exceptions_per_block"
 REQUEST_KEYS = (BUDGET_KEY, GATE_KEY, CAP_KEY)
 
 # Why ASD did not apply to a request.
-REASON_BUDGET_ZERO = "budget_zero"
+REASON_STRICT = "strict"  # the request's choice is strict greedy: budget 0, gate 0 or cap 0
 REASON_SAMPLING = "sampling"
 REASON_NO_SPEC = "no_speculative_decoding"
 
 
 @dataclasses.dataclass(frozen=True)
 class RequestASD:
-    """A request's validated choices (server defaults filled in)."""
+    """A request's validated choice: its budget B and its rule config (the server's, tightened)."""
 
     budget: float
-    gate: float
-    max_exceptions_per_block: int
+    rule: ASDConfig
+
+    @property
+    def is_strict(self) -> bool:
+        return self.budget <= 0 or not self.rule.allows_exceptions
 
     @classmethod
     def from_custom_params(cls, custom_params: Optional[Mapping[str, Any]], settings: ASDServerSettings) -> "RequestASD":
         params = custom_params or {}
         budget = params.get(BUDGET_KEY)
-        gate = params.get(GATE_KEY)
-        cap = params.get(CAP_KEY)
         return cls(
             budget=settings.default_budget if budget is None else validate_budget(budget, settings.max_budget),
-            gate=settings.gate if gate is None else validate_gate(gate, settings.gate),
-            max_exceptions_per_block=(
-                settings.max_exceptions_per_block if cap is None else validate_cap(cap, settings.max_exceptions_per_block)
-            ),
+            rule=settings.rule.tightened(gate=params.get(GATE_KEY), max_exceptions_per_block=params.get(CAP_KEY)),
         )
+
+    @classmethod
+    def strict(cls) -> "RequestASD":
+        return cls(budget=0.0, rule=ASDConfig(gate=0.0, max_exceptions_per_block=0))
 
 
 @dataclasses.dataclass
@@ -88,8 +90,8 @@ class RequestLedger:
             "budget": self.choice.budget,
             "spent": round(self.spent, 6),
             "remaining": round(self.remaining, 6),
-            "gate": self.choice.gate,
-            "max_exceptions_per_block": self.choice.max_exceptions_per_block,
+            "gate": self.choice.rule.gate,
+            "max_exceptions_per_block": self.choice.rule.max_exceptions_per_block,
             "exceptions": self.exceptions,
             "suffix_tokens": self.suffix_tokens,
             "events": list(self.events),

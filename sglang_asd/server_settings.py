@@ -2,27 +2,27 @@
 
 Standard library only. The flags are parsed by ``sglang_asd.launch_server`` before SGLang sees the
 rest of the command line, and also accepted as keys of SGLang's ``--config file.yaml``
-(``asd-default-budget: 8`` or ``asd_default_budget: 8``).
+(``asd-default-budget: 8`` or ``asd_default_budget: 8``). The rule's parameters are the policy's
+``ASDConfig`` (its defaults and validators are defined there, once).
 """
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
-import math
 from typing import Any, Mapping
 
+from sglang_asd.policy.config import (
+    DEFAULT_GATE,
+    DEFAULT_MAX_EXCEPTIONS_PER_BLOCK,
+    ASDConfig,
+    check_count,
+    check_number,
+)
 
-def _finite_nonneg(name: str, value: Any) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
-        raise ValueError(f"{name} must be a finite number >= 0, got {value!r}")
-    return float(value)
-
-
-def _nonneg_int(name: str, value: Any) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise ValueError(f"{name} must be an integer >= 0, got {value!r}")
-    return value
+DEFAULT_BUDGET = 0.0  # a request that sends no asd_budget is served strictly
+DEFAULT_MAX_BUDGET = 64.0
+DEFAULT_MAX_RECEIPT_EVENTS = 64
 
 
 @dataclasses.dataclass(frozen=True)
@@ -31,68 +31,97 @@ class ASDServerSettings:
 
     default_budget: regret budget (nats) of a request that sends no ``asd_budget``; 0 = strict.
     max_budget: the largest ``asd_budget`` a request may ask for.
-    gate: regret per suffix value g; a request may lower it with ``asd_gate``, never raise it.
-    max_exceptions_per_block: cap m; a request may lower it, never raise it.
+    rule: the server's gate g and cap m; a request may lower either, never raise it.
     max_receipt_events: how many exception events a receipt lists (the counts stay exact).
+    standalone_draft_fix: serve STANDALONE drafts their own tokens (``sglang_seams/standalone_draft.py``);
+        off by default, so that without it every draft runs exactly as stock SGLang runs it.
     """
 
-    default_budget: float = 0.0
-    max_budget: float = 64.0
-    gate: float = 0.25
-    max_exceptions_per_block: int = 2
-    max_receipt_events: int = 64
+    default_budget: float = DEFAULT_BUDGET
+    max_budget: float = DEFAULT_MAX_BUDGET
+    rule: ASDConfig = ASDConfig()
+    max_receipt_events: int = DEFAULT_MAX_RECEIPT_EVENTS
+    standalone_draft_fix: bool = False
 
     def __post_init__(self) -> None:
-        _finite_nonneg("asd_default_budget", self.default_budget)
-        _finite_nonneg("asd_max_budget", self.max_budget)
-        _finite_nonneg("asd_gate", self.gate)
-        _nonneg_int("asd_max_exceptions_per_block", self.max_exceptions_per_block)
-        _nonneg_int("asd_max_receipt_events", self.max_receipt_events)
+        check_number("asd_default_budget", self.default_budget)
+        check_number("asd_max_budget", self.max_budget)
+        check_count("asd_max_receipt_events", self.max_receipt_events)
+        if not isinstance(self.rule, ASDConfig):
+            raise ValueError(f"rule must be an ASDConfig, got {self.rule!r}")
+        if not isinstance(self.standalone_draft_fix, bool):
+            raise ValueError(f"asd_standalone_draft_fix must be true or false, got {self.standalone_draft_fix!r}")
         if self.default_budget > self.max_budget:
             raise ValueError(
-                f"asd_default_budget must be <= asd_max_budget ({self.max_budget}), got {self.default_budget}"
+                f"asd_default_budget must be <= asd_max_budget ({self.max_budget:g}), got {self.default_budget!r}"
             )
 
     @classmethod
     def from_mapping(cls, mapping: Mapping[str, Any]) -> "ASDServerSettings":
-        """Strict constructor: keys are field names (``-`` or ``_``, optional ``asd_`` prefix)."""
-        fields = {f.name for f in dataclasses.fields(cls)}
-        kwargs, unknown = {}, []
+        """Strict constructor from flag names (``-`` or ``_``, optional ``asd_`` prefix)."""
+        kwargs, rule, unknown = {}, {}, []
         for key, value in mapping.items():
             name = key.replace("-", "_")
             name = name[4:] if name.startswith("asd_") else name
-            (kwargs.__setitem__(name, value) if name in fields else unknown.append(key))
+            if name in _RULE_FIELDS:
+                rule[name] = value
+            elif name in _SETTING_FIELDS:
+                kwargs[name] = value
+            else:
+                unknown.append(key)
         if unknown:
-            raise ValueError(f"unknown ASD setting(s) {sorted(unknown)}; known: {sorted(fields)}")
-        return cls(**kwargs)
+            raise ValueError(f"unknown ASD setting(s) {sorted(unknown)}; known: {sorted(_FLAG_FIELDS)}")
+        return cls(**kwargs, rule=_rule_config(rule))
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
 
 
+def _rule_config(values: Mapping[str, Any]) -> ASDConfig:
+    """The server's rule config; errors use the flag names (``asd_gate``, not ``gate``)."""
+    try:
+        return ASDConfig(**values)
+    except ValueError as e:
+        raise ValueError(f"asd_{e}") from None
+
+
+_RULE_FIELDS = tuple(f.name for f in dataclasses.fields(ASDConfig))
+_SETTING_FIELDS = tuple(f.name for f in dataclasses.fields(ASDServerSettings) if f.name != "rule")
+_FLAG_FIELDS = _SETTING_FIELDS + _RULE_FIELDS
+
+# (field, type, help); bool fields are store_true flags.
 _FLAGS = (
-    ("--asd-default-budget", float, "default_budget",
-     "Regret budget (nats) for requests that send no asd_budget. 0 (default) = strict greedy unless a request asks."),
-    ("--asd-max-budget", float, "max_budget", "Largest asd_budget a request may ask for (default 64)."),
-    ("--asd-gate", float, "gate", "Regret gate g: an exception at draft position i needs regret/(K-i) <= g (default 0.25)."),
-    ("--asd-max-exceptions-per-block", int, "max_exceptions_per_block",
-     "Cap m on exceptions accepted per draft block (default 2)."),
-    ("--asd-max-receipt-events", int, "max_receipt_events",
-     "How many exception events a receipt lists (default 64); counts stay exact."),
+    ("default_budget", float,
+     f"Regret budget (nats) for requests that send no asd_budget (default {DEFAULT_BUDGET:g} = strict greedy "
+     "unless a request asks)."),
+    ("max_budget", float, f"Largest asd_budget a request may ask for (default {DEFAULT_MAX_BUDGET:g})."),
+    ("gate", float,
+     f"Regret gate g: an exception at draft position i needs regret/(K-i) <= g (default {DEFAULT_GATE:g})."),
+    ("max_exceptions_per_block", int,
+     f"Cap m on exceptions accepted per draft block (default {DEFAULT_MAX_EXCEPTIONS_PER_BLOCK})."),
+    ("max_receipt_events", int,
+     f"How many exception events a receipt lists (default {DEFAULT_MAX_RECEIPT_EVENTS}); counts stay exact."),
+    ("standalone_draft_fix", bool,
+     "STANDALONE only: give the draft model its own tokens at their own positions (SGLang 0.5.23 feeds it the "
+     "EAGLE-shifted input, so a plain-LM draft never sees the first token). Changes SGLang's draft flow "
+     "(one extra one-token draft forward per round); off by default. See docs/SEAMS.md."),
 )
 
 
 def add_cli_args(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group("Approximate speculative decoding (sglang-asd)")
-    defaults = ASDServerSettings()
-    for flag, typ, field, help_text in _FLAGS:
-        underscore = "--" + flag[2:].replace("-", "_")  # the spelling YAML keys with underscores produce
-        group.add_argument(flag, underscore, type=typ, default=getattr(defaults, field), dest=f"asd_{field}",
-                           help=help_text)
+    defaults = ASDServerSettings.from_mapping({})
+    for field, typ, help_text in _FLAGS:
+        flags = ("--asd-" + field.replace("_", "-"), "--asd_" + field)  # the second: YAML keys with underscores
+        default = getattr(defaults.rule if field in _RULE_FIELDS else defaults, field)
+        if typ is bool:
+            group.add_argument(*flags, action="store_true", default=default, dest=f"asd_{field}", help=help_text)
+        else:
+            group.add_argument(*flags, type=typ, default=default, dest=f"asd_{field}", help=help_text)
 
 
 def from_namespace(ns: argparse.Namespace) -> ASDServerSettings:
-    return ASDServerSettings(**{field: getattr(ns, f"asd_{field}") for _, _, field, _ in _FLAGS})
+    return ASDServerSettings.from_mapping({field: getattr(ns, f"asd_{field}") for field, _, _ in _FLAGS})
 
 
 def split_argv(argv: list[str]) -> tuple[ASDServerSettings, list[str]]:

@@ -17,6 +17,8 @@ CONFIGS = {
     "plain": ["--model-path", "fixture:tiny-llama"],
     "standalone": ["--model-path", "fixture:tiny-llama", "--speculative-algorithm", "STANDALONE",
                    "--speculative-draft-model-path", "fixture:tiny-llama-bigram", *SPEC_TINY],
+    "standalone_fix": ["--model-path", "fixture:tiny-llama", "--speculative-algorithm", "STANDALONE",
+                       "--speculative-draft-model-path", "fixture:tiny-llama-bigram", *SPEC_TINY],
     "standalone_self": ["--model-path", "fixture:tiny-llama", "--speculative-algorithm", "STANDALONE",
                         "--speculative-draft-model-path", "fixture:tiny-llama", *SPEC_TINY],
     "eagle": ["--model-path", "fixture:tiny-llama", "--speculative-algorithm", "EAGLE",
@@ -32,6 +34,11 @@ CONFIGS = {
               "--speculative-num-draft-tokens", "4"],
 }
 
+# sglang-asd flags of a configuration (the stock server of the same name runs without them).
+ASD_ARGS = {
+    "standalone_fix": ["--asd-standalone-draft-fix"],
+    "standalone_self": ["--asd-standalone-draft-fix"],
+}
 
 MAX_ALIVE = 3
 
@@ -47,7 +54,8 @@ class ServerPool:
             while len(self.alive) >= MAX_ALIVE:
                 self.alive.pop(next(iter(self.alive))).stop()
             module = "sglang_asd.stock_server" if stock else "sglang_asd.launch_server"
-            args = list(CONFIGS[config]) + ([] if stock else ["--enable-metrics"]) + list(extra)
+            args = list(CONFIGS[config]) + ([] if stock else ["--enable-metrics", *ASD_ARGS.get(config, ())])
+            args += list(extra)
             server = Server(f"{config}-{key[1]}", args, module=module)
         self.alive[key] = server
         return server

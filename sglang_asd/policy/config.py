@@ -1,24 +1,25 @@
-"""The ASD configuration and the validators the HTTP layer reuses. Standard library only.
+"""The rule's parameters, their defaults and their validators. Standard library only.
 
-Errors follow one style, naming the field, the allowed range and the value got:
-``asd_budget must be a finite number in [0, 64], got -1``.
+One config type for the rule, ``ASDConfig`` (gate g and cap m, spec section 3); the budget B lives
+in the request's ``Ledger``. The server settings (``sglang_asd.server_settings``) hold the server's
+``ASDConfig`` and a request's choice (``sglang_asd.request_ledger.RequestASD``) holds its own, which
+may only tighten the server's. Each default is defined here, once, and each field has one
+validator, shared by the pure rule, the server flags and the HTTP layer. Errors name the field,
+the allowed range and the value got: ``asd_budget must be a finite number in [0, 64], got -1``.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import hashlib
-import json
 import math
-from typing import Any, Mapping
+from typing import Any
 
 # Version of the acceptance rule in ``sglang_asd.policy.rule``. Change it whenever a decision
-# could change; it is part of every config fingerprint and every receipt.
+# could change; every receipt names it.
 RULE_VERSION = "asd-1"
 
-
-def _is_number(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
+DEFAULT_GATE = 0.25  # g: nats of regret per suffix value (the reference configuration)
+DEFAULT_MAX_EXCEPTIONS_PER_BLOCK = 2  # m
 
 
 def _fmt(x: float) -> str:
@@ -26,61 +27,65 @@ def _fmt(x: float) -> str:
     return f"{x:g}"
 
 
-def validate_budget(value: Any, max_budget: float) -> float:
-    """A request's ``asd_budget``: a finite number in [0, max_budget] (bool and str rejected)."""
-    return _bounded_number("asd_budget", value, max_budget)
+def check_number(name: str, value: Any, upper: float = math.inf) -> float:
+    """A finite number in [0, upper] (bool, str and None rejected), as float."""
+    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+    if not (ok and 0 <= value <= upper):
+        bound = ">= 0" if upper == math.inf else f"in [0, {_fmt(upper)}]"
+        raise ValueError(f"{name} must be a finite number {bound}, got {value!r}")
+    return float(value)
 
 
-def validate_gate(value: Any, max_gate: float) -> float:
-    """A request's ``asd_gate`` override: a finite number in [0, max_gate]."""
-    return _bounded_number("asd_gate", value, max_gate)
-
-
-def validate_cap(value: Any, max_cap: int) -> int:
-    """A request's ``asd_max_exceptions_per_block`` override: an integer in [0, max_cap]."""
-    if not (isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= max_cap):
-        raise ValueError(f"asd_max_exceptions_per_block must be an integer in [0, {max_cap}], got {value!r}")
+def check_count(name: str, value: Any, upper: float = math.inf) -> int:
+    """An integer in [0, upper] (bool and float rejected)."""
+    if not (isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= upper):
+        bound = ">= 0" if upper == math.inf else f"in [0, {_fmt(upper)}]"
+        raise ValueError(f"{name} must be an integer {bound}, got {value!r}")
     return value
 
 
-def _bounded_number(name: str, value: Any, upper: float) -> float:
-    if not (_is_number(value) and math.isfinite(value) and 0 <= value <= upper):
-        raise ValueError(f"{name} must be a finite number in [0, {_fmt(upper)}], got {value!r}")
-    return float(value)
+# The per-field validators, named as the request fields (the HTTP layer reuses them).
+def validate_budget(value: Any, max_budget: float = math.inf, name: str = "asd_budget") -> float:
+    """A budget B: a finite number in [0, max_budget]."""
+    return check_number(name, value, max_budget)
+
+
+def validate_gate(value: Any, max_gate: float = math.inf, name: str = "asd_gate") -> float:
+    """A gate g: a finite number in [0, max_gate]."""
+    return check_number(name, value, max_gate)
+
+
+def validate_cap(value: Any, max_cap: float = math.inf, name: str = "asd_max_exceptions_per_block") -> int:
+    """A cap m: an integer in [0, max_cap]."""
+    return check_count(name, value, max_cap)
 
 
 @dataclasses.dataclass(frozen=True)
 class ASDConfig:
-    """Server-side rule parameters (spec section 3).
+    """The rule's parameters (spec section 3).
 
     gate: g, the largest regret per suffix value (nats) an exception may have; 0 = strict.
     max_exceptions_per_block: m, the cap on exceptions in one verify block; 0 = strict.
     """
 
-    gate: float = 0.25
-    max_exceptions_per_block: int = 2
+    gate: float = DEFAULT_GATE
+    max_exceptions_per_block: int = DEFAULT_MAX_EXCEPTIONS_PER_BLOCK
 
     def __post_init__(self) -> None:
-        if not (_is_number(self.gate) and math.isfinite(self.gate) and self.gate >= 0):
-            raise ValueError(f"gate must be a finite number >= 0, got {self.gate!r}")
-        cap = self.max_exceptions_per_block
-        if not (isinstance(cap, int) and not isinstance(cap, bool) and cap >= 0):
-            raise ValueError(f"max_exceptions_per_block must be an integer >= 0, got {cap!r}")
-        object.__setattr__(self, "gate", float(self.gate))  # 0 and 0.0 give one fingerprint
-
-    @classmethod
-    def from_mapping(cls, mapping: Mapping[str, Any]) -> "ASDConfig":
-        """Build from a dict (YAML, flags); unknown keys raise, naming them."""
-        allowed = [f.name for f in dataclasses.fields(cls)]
-        unknown = sorted(set(mapping) - set(allowed))
-        if unknown:
-            raise ValueError(f"unknown ASD config keys {unknown}; allowed: {allowed}")
-        return cls(**dict(mapping))
+        object.__setattr__(self, "gate", validate_gate(self.gate, name="gate"))
+        validate_cap(self.max_exceptions_per_block, name="max_exceptions_per_block")
 
     @property
-    def fingerprint(self) -> str:
-        """Short stable hash of the rule version and the parameters."""
-        canonical = json.dumps(
-            {"rule": RULE_VERSION, **dataclasses.asdict(self)}, sort_keys=True, separators=(",", ":")
+    def allows_exceptions(self) -> bool:
+        """False when the rule is strict whatever the budget (g == 0 or m == 0)."""
+        return self.gate > 0 and self.max_exceptions_per_block > 0
+
+    def tightened(self, gate: Any = None, max_exceptions_per_block: Any = None) -> "ASDConfig":
+        """This config with a request's overrides, each validated to be no looser than ours."""
+        return ASDConfig(
+            gate=self.gate if gate is None else validate_gate(gate, self.gate),
+            max_exceptions_per_block=(
+                self.max_exceptions_per_block if max_exceptions_per_block is None
+                else validate_cap(max_exceptions_per_block, self.max_exceptions_per_block)
+            ),
         )
-        return hashlib.sha256(canonical.encode()).hexdigest()[:16]

@@ -9,6 +9,8 @@ import dataclasses
 import math
 from typing import Iterable, Tuple
 
+from sglang_asd.policy.config import check_number
+
 
 @dataclasses.dataclass(frozen=True)
 class ExceptionEvent:
@@ -28,14 +30,11 @@ class ExceptionEvent:
 class Ledger:
     """Budget B, spent, remaining = B - spent, and the exception events so far."""
 
-    def __init__(self, budget: float = 8.0, spent: float = 0.0) -> None:
-        for name, value in (("budget", budget), ("spent", spent)):
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
-                raise ValueError(f"{name} must be a finite number >= 0, got {value!r}")
+    def __init__(self, budget: float, spent: float = 0.0) -> None:
+        self._budget = check_number("budget", budget)
+        self._spent = check_number("spent", spent)
         if spent > budget:
             raise ValueError(f"spent must be <= budget ({budget!r}), got {spent!r}")
-        self._budget = float(budget)
-        self._spent = float(spent)
         self._events: list[ExceptionEvent] = []
 
     @property

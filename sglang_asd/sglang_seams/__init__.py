@@ -10,7 +10,8 @@ Processes:
 - launcher / HTTP server (tokenizer manager): ``install_frontend_hooks`` (request validation,
   OpenAI fields, receipts in responses; CPU platform facts for argument resolution).
 - each scheduler (every TP rank): ``install_scheduler_hooks`` (ledger, verify, receipts, metrics,
-  and the STANDALONE draft's KV convention: ``standalone_draft``).
+  and, with ``--asd-standalone-draft-fix`` only, the STANDALONE draft's KV convention:
+  ``standalone_draft``).
 - detokenizer: nothing.
 """
 
@@ -92,10 +93,10 @@ def check_installed(targets: Iterable[str], bindings: Iterable[tuple[str, str]] 
         )
 
 
-def scheduler_hooks() -> list[tuple[str, Callable]]:
+def scheduler_hooks(settings: ASDServerSettings) -> list[tuple[str, Callable]]:
     from sglang_asd.sglang_seams import eagle_sample, req_to_token_pool, scheduler, standalone_draft
 
-    return [
+    hooks = [
         (eagle_sample.EAGLE_SAMPLE, eagle_sample.eagle_sample_around),
         (eagle_sample.VERIFY_TREE_GREEDY, eagle_sample.verify_tree_greedy_around),
         (req_to_token_pool.TARGETS[0], req_to_token_pool.alloc_around),
@@ -103,8 +104,10 @@ def scheduler_hooks() -> list[tuple[str, Callable]]:
         (scheduler.CREATE_REQ, scheduler.create_generation_req_around),
         (scheduler.STREAMER_CLASS, scheduler.output_streamer_class_around),
         (scheduler.INIT_METRICS, scheduler.init_metrics_collector_around),
-        *standalone_draft.hooks(),
     ]
+    if settings.standalone_draft_fix:
+        hooks += standalone_draft.hooks()
+    return hooks
 
 
 def install_cpu_path_hooks() -> list[tuple[str, Callable]]:
@@ -124,18 +127,16 @@ def install_scheduler_hooks(settings: ASDServerSettings) -> None:
     from sglang_asd.sglang_seams.runtime import set_runtime
 
     set_runtime(settings)
-    hooks = scheduler_hooks()
-    _register_and_apply(
-        hooks,
-        preload=eagle_sample.EAGLE_SAMPLE_BINDINGS + eagle_sample.VERIFY_TREE_GREEDY_BINDINGS + standalone_draft.PRELOAD,
-    )
-    check_installed(
-        [t for t, _ in hooks],
-        bindings=[(m, "eagle_sample") for m in eagle_sample.EAGLE_SAMPLE_BINDINGS]
-        + [(m, "verify_tree_greedy_func") for m in eagle_sample.VERIFY_TREE_GREEDY_BINDINGS]
-        + [(m, name) for m in standalone_draft.BINDINGS
-           for name in ("prepare_for_draft", "prepare_for_draft_extend")],
-    )
+    hooks = scheduler_hooks(settings)
+    preload = eagle_sample.EAGLE_SAMPLE_BINDINGS + eagle_sample.VERIFY_TREE_GREEDY_BINDINGS
+    bindings = ([(m, "eagle_sample") for m in eagle_sample.EAGLE_SAMPLE_BINDINGS]
+                + [(m, "verify_tree_greedy_func") for m in eagle_sample.VERIFY_TREE_GREEDY_BINDINGS])
+    if settings.standalone_draft_fix:
+        preload += standalone_draft.PRELOAD
+        bindings += [(m, name) for m in standalone_draft.BINDINGS
+                     for name in ("prepare_for_draft", "prepare_for_draft_extend")]
+    _register_and_apply(hooks, preload=preload)
+    check_installed([t for t, _ in hooks], bindings=bindings)
     hooks += install_cpu_path_hooks()
     logger.info("sglang_asd: %d scheduler hooks installed and verified", len(hooks))
 

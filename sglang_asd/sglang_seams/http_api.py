@@ -67,9 +67,9 @@ def validate_fields(fields: dict, settings: ASDServerSettings) -> dict:
     if fields.get(BUDGET_KEY) is not None:
         out[BUDGET_KEY] = validate_budget(fields[BUDGET_KEY], settings.max_budget)
     if fields.get(GATE_KEY) is not None:
-        out[GATE_KEY] = validate_gate(fields[GATE_KEY], settings.gate)
+        out[GATE_KEY] = validate_gate(fields[GATE_KEY], settings.rule.gate)
     if fields.get(CAP_KEY) is not None:
-        out[CAP_KEY] = validate_cap(fields[CAP_KEY], settings.max_exceptions_per_block)
+        out[CAP_KEY] = validate_cap(fields[CAP_KEY], settings.rule.max_exceptions_per_block)
     return out
 
 

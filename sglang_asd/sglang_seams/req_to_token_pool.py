@@ -59,8 +59,8 @@ def alloc_around(original, self, reqs, *args, **kwargs):
         ledger_table(self).admit(
             slots=[r.kv.req_pool_idx for r in admitted],
             remaining=[r.asd_ledger.remaining for r in admitted],
-            gate=[r.asd_ledger.choice.gate for r in admitted],
-            cap=[r.asd_ledger.choice.max_exceptions_per_block for r in admitted],
+            gate=[r.asd_ledger.choice.rule.gate for r in admitted],
+            cap=[r.asd_ledger.choice.rule.max_exceptions_per_block for r in admitted],
             stop_tokens=[_stop_tokens(r) for r in admitted],
         )
         _report_active(self._asd_table)

@@ -22,9 +22,9 @@ from __future__ import annotations
 import logging
 
 from sglang_asd.request_ledger import (
-    REASON_BUDGET_ZERO,
     REASON_NO_SPEC,
     REASON_SAMPLING,
+    REASON_STRICT,
     RequestASD,
     RequestLedger,
 )
@@ -42,8 +42,8 @@ def _reason(choice: RequestASD, sampling_params, spec_enabled: bool):
         return REASON_NO_SPEC
     if sampling_params.top_k != 1 and sampling_params.temperature >= 1e-6:  # greedy: top_k 1 after normalize()
         return REASON_SAMPLING
-    if choice.budget <= 0 or choice.gate <= 0 or choice.max_exceptions_per_block <= 0:
-        return REASON_BUDGET_ZERO
+    if choice.is_strict:
+        return REASON_STRICT
     return None
 
 
@@ -55,7 +55,7 @@ def create_generation_req_around(original, self, recv_req, *args, **kwargs):
         choice = RequestASD.from_custom_params(params.custom_params, runtime.settings)
     except ValueError as e:  # the HTTP layer rejects these first; a direct engine call may not
         logger.warning("request %s: %s; serving it strictly", req.rid, e)
-        choice = RequestASD(budget=0.0, gate=0.0, max_exceptions_per_block=0)
+        choice = RequestASD.strict()
     reason = _reason(choice, params, not self.spec_algorithm.is_none())
     req.asd_ledger = RequestLedger(choice=choice, reason=reason, max_events=runtime.settings.max_receipt_events)
     if runtime.metrics is not None:

@@ -10,11 +10,19 @@ pytestmark = pytest.mark.server
 
 PROMPTS = ["The quick brown fox", "def add(a, b):", "Once upon a time in a land far away", "1, 2, 3,"]
 MAX_NEW = 24
-ALGORITHMS = ["standalone", "eagle", "eagle_tree", "eagle3", "ngram"]
+ALGORITHMS = ["standalone", "standalone_fix", "eagle", "eagle_tree", "eagle3", "ngram"]
+
+
+def _responses(server, **params):
+    return [server.generate(p, max_new_tokens=MAX_NEW, **params) for p in PROMPTS]
 
 
 def _outputs(server, **params):
-    return [server.generate(p, max_new_tokens=MAX_NEW, **params)["output_ids"] for p in PROMPTS]
+    return [r["output_ids"] for r in _responses(server, **params)]
+
+
+def _verify_rounds(responses):
+    return [r["meta_info"]["spec_verify_ct"] for r in responses]
 
 
 @pytest.fixture(scope="module")
@@ -31,3 +39,12 @@ def test_budget_zero_equals_stock_sglang(servers, plain_outputs, algorithm):
     assert _outputs(asd, asd_budget=8, asd_gate=0) == stock, "gate 0 must be strict"
     assert _outputs(asd, asd_budget=8, asd_max_exceptions_per_block=0) == stock, "cap 0 must be strict"
     assert stock == plain_outputs, f"{algorithm}: speculative greedy must equal plain greedy"
+
+
+@pytest.mark.parametrize("algorithm", ["standalone", "eagle", "eagle_tree"])
+def test_budget_zero_runs_the_stock_draft_flow(servers, algorithm):
+    """Not only the tokens: without opt-in flags the drafts are stock SGLang's (same verify rounds)."""
+    stock = _responses(servers.get(algorithm, stock=True))
+    asd = _responses(servers.get(algorithm), asd_budget=0)
+    assert _verify_rounds(asd) == _verify_rounds(stock)
+    assert [r["output_ids"] for r in asd] == [r["output_ids"] for r in stock]

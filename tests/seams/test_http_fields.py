@@ -7,7 +7,7 @@ import pytest
 from sglang_asd.server_settings import ASDServerSettings
 from sglang_asd.sglang_seams.http_api import rewrite_body
 
-S = ASDServerSettings(max_budget=64, gate=0.25, max_exceptions_per_block=2)
+S = ASDServerSettings(max_budget=64)
 
 
 def test_generate_fields_move_into_custom_params():

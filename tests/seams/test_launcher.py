@@ -15,6 +15,14 @@ def test_demo_when_no_model_and_asd_flags_split():
     assert "--speculative-algorithm" in argv and "STANDALONE" in argv
     assert not any(a.startswith("fixture:") for a in argv)  # resolved to cache directories
     assert "--asd-default-budget" not in argv
+    assert settings.standalone_draft_fix  # the demo's plain-LM draft needs it
+
+
+def test_standalone_fix_is_off_unless_asked():
+    settings, argv = ls.build_argv(["--model-path", "/m", "--speculative-algorithm", "STANDALONE"])
+    assert not settings.standalone_draft_fix and "--asd-standalone-draft-fix" not in argv
+    settings, _ = ls.build_argv(["--model-path", "/m", "--asd-standalone-draft-fix"])
+    assert settings.standalone_draft_fix
 
 
 def test_user_flags_win_over_cpu_defaults():
@@ -25,10 +33,11 @@ def test_user_flags_win_over_cpu_defaults():
 
 def test_config_yaml_carries_asd_keys(tmp_path):
     cfg = tmp_path / "c.yaml"
-    cfg.write_text("model-path: /some/model\nasd-default-budget: 3\nasd_gate: 0.1\n")
+    cfg.write_text("model-path: /some/model\nasd-default-budget: 3\nasd_gate: 0.1\nasd-standalone-draft-fix: true\n")
     settings, argv = ls.build_argv(["--config", str(cfg)])
-    assert (settings.default_budget, settings.gate) == (3.0, 0.1)
+    assert (settings.default_budget, settings.rule.gate) == (3.0, 0.1)
     assert argv[argv.index("--model-path") + 1] == "/some/model"
+    assert settings.standalone_draft_fix
 
 
 def _run(args):
