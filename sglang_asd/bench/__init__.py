@@ -1,13 +1,21 @@
 """Tools to run before turning ASD on: speed at fixed work, quality at natural stop, load tests.
 
-- ``python -m sglang_asd.bench.speed``: tokens/s of each budget against strict (budget 0),
-  baseline-candidate-baseline on the same prompts, ignore_eos and a fixed max_new_tokens.
+- ``python -m sglang_asd.bench.speed``: tokens/s of each arm (a label + ASD request fields;
+  ``--budgets`` is shorthand) against strict (budget 0) and of plain decoding (a second server
+  without speculation), strict-candidate-strict on the same prompts, ignore_eos and a fixed
+  max_new_tokens; intervals over repeats and over prompts.
 - ``python -m sglang_asd.bench.audit``: accuracy, divergence from the strict output, length and
-  acceptance per budget on the shipped evaluation subsets (``data/``), at natural stop.
+  acceptance per arm on the shipped evaluation subsets (``data/``), at natural stop, paired with
+  strict item by item (paired bootstrap, exact McNemar).
 - ``load_tests/`` (repo root): locust users and a headless runner with a JSON/CSV summary.
 
+Both long tools log every completed unit to a JSONL run log (``runlog``), so ``--resume``
+continues a stopped run and ``--report-only`` reports what is complete.
+
 Modules: ``client`` (one request, any route), ``runner`` (a pass at fixed concurrency),
-``datasets`` (prompts), ``scoring`` (per-task scorers, code sandbox), ``stats`` (percentiles),
-``report`` (JSON, CSV, markdown, frontier plot), ``server`` (start a CPU server for a run).
+``arms`` (what is compared), ``runlog`` (resumable runs), ``datasets`` (prompts), ``scoring``
+(per-task scorers, code sandbox), ``stats`` (percentiles, bootstrap intervals, McNemar),
+``speed_summary`` / ``audit_summary`` (each tool's arithmetic), ``report`` / ``audit_report``
+(JSON, CSV, markdown, frontier plot), ``server`` (start CPU servers for a run).
 No module here imports SGLang or torch: the tools run against any server URL.
 """

@@ -1,25 +1,27 @@
-"""Quality audit at natural stop: what a budget does to answers.
+"""Quality audit at natural stop: what an arm does to answers, paired with strict item by item.
 
-``python -m sglang_asd.bench.audit (--url URL | --launch='SERVER ARGS') --budgets 0,8,32
-    --tasks gsm8k,math500,humaneval,mbpp,mmlu,mtbench --limit 50 --out DIR [--speed-json speed.json]``
+``python -m sglang_asd.bench.audit (--url URL | --launch='SERVER ARGS') [--budgets 0,8,32]
+    [--arms 'b8g05:asd_budget=8,asd_gate=0.5'] --tasks gsm8k,math500,humaneval,mbpp,mmlu,mtbench
+    --limit 50 --out DIR [--noise-floor] [--speed-json speed.json] [--resume]``
 
-For each budget (budget 0 = strict is always run, first) and task, the first ``--limit`` items of
-the shipped subset are generated greedily to their natural end (EOS or the task's cap), then
-scored (see ``scoring``). Per task and budget: accuracy, mean completion length, the share of
-outputs whose text differs from the strict output of the same item (hash divergence), for
-MT-Bench also the mean similarity to the strict text (difflib ratio), mean accept length,
-verify rounds and regret spent per request. ``--noise-floor`` runs strict twice and reports the
-divergence between the two strict runs (batching can change greedy output on some hardware).
+For each task and arm (``strict`` = budget 0 always, first; see ``arms``), the first ``--limit``
+items of the shipped subset are generated greedily to their natural end (EOS or the cap), then
+scored (see ``scoring``). Every arm is paired with strict on the same items (``audit_summary``):
+accuracy delta with a paired-bootstrap 95% interval and the exact McNemar p-value, length delta
+with its interval, divergence from the strict text, acceptance and regret spent.
+``--noise-floor`` adds the arm ``strict-rerun`` (strict run again): the floor of divergence.
 
-Writes ``audit.json`` (+ per-budget means), ``audit_items.jsonl`` (every output, scored),
-``audit.csv``, ``audit.md`` and ``frontier.png`` (x = speedup from ``--speed-json`` when given,
-else mean accept length; y = accuracy).
+Every scored item is appended to ``DIR/audit_items.jsonl`` as it arrives; ``--resume``
+continues a stopped run (same server, route and cap, checked; arms and items may be added) and
+``--report-only`` rewrites the report from the log. Writes ``audit.json``, ``audit.csv``,
+``audit.md`` and ``frontier.png`` (x = speed-up of the arm from ``--speed-json`` when given,
+else mean accept length; y = accuracy change against strict, with intervals) after every task
+and arm.
 """
 
 from __future__ import annotations
 
 import argparse
-import difflib
 import hashlib
 import sys
 import time
@@ -28,186 +30,149 @@ from typing import Optional
 
 import requests
 
-from sglang_asd.bench import datasets, report, scoring, stats
-from sglang_asd.bench.client import GenRequest, parse_budgets, served_model
-from sglang_asd.bench.metrics import first_errors, result_metrics
+from sglang_asd.bench import audit_summary, datasets, report, scoring
+from sglang_asd.bench.arms import Arm, resolve_arms
+from sglang_asd.bench.audit_report import BY_ARM_COLUMNS, write
+from sglang_asd.bench.client import GenRequest, served_model
+from sglang_asd.bench.runlog import RunLog, RunLogError, read_log
 from sglang_asd.bench.runner import run_pass
-from sglang_asd.bench.server import add_server_args, target_server
+from sglang_asd.bench.server import add_server_args, identity, server_info, target_server
 
-COLUMNS = (
-    ("task", "task"), ("budget", "budget"), ("n", "n"), ("accuracy", "accuracy"),
-    ("completion_tokens_mean", "mean length (tokens)"), ("divergence_share", "differs from strict"),
-    ("similarity_mean", "similarity to strict"), ("accept_length", "accept len"),
-    ("verify_ct_mean", "verify rounds/req"), ("spent_mean", "spent/req (nats)"),
-    ("exceptions_mean", "exceptions/req"), ("errors", "errors"),
-)
-BUDGET_COLUMNS = (
-    ("budget", "budget"), ("accuracy_mean", "accuracy (mean over scored tasks)"),
-    ("divergence_share", "differs from strict"), ("completion_tokens_mean", "mean length (tokens)"),
-    ("accept_length_mean", "accept len (mean over tasks)"),
-    ("speedup", "tok/s ASD/strict (speed run)"), ("spent_mean", "spent/req (nats)"),
-)
+LOG_NAME = "audit_items.jsonl"
+LOG_KIND = "asd-audit-log"
+DEFAULT_BUDGETS = "0,8,32"
+NOISE_ARM = Arm("strict-rerun", {"asd_budget": 0.0})
 
 
 def text_hash(text: str) -> str:
     return hashlib.sha256(text.encode("utf-8")).hexdigest()[:16]
 
 
-def similarity(a: str, b: str) -> float:
-    return difflib.SequenceMatcher(None, a, b, autojunk=False).ratio()
+def measured_arms(args: argparse.Namespace) -> list[Arm]:
+    arms = resolve_arms(args.budgets, args.arms, DEFAULT_BUDGETS)
+    if any(a.label == NOISE_ARM.label for a in arms):
+        raise ValueError(f"arm label {NOISE_ARM.label!r} is reserved for --noise-floor")
+    return arms + ([NOISE_ARM] if args.noise_floor else [])
 
 
-def generate(url: str, prompts: list[datasets.Prompt], budget: float, args: argparse.Namespace, model: str,
-             label: str) -> list[dict]:
-    reqs = [GenRequest(text=p.text, max_new_tokens=args.max_new_tokens or p.max_new_tokens, budget=budget,
-                       ignore_eos=False, stream=False, api=args.api, model=model, tag=p.id) for p in prompts]
-    results = run_pass(url, reqs, args.concurrency, args.timeout, desc=label).results
-    return [r.to_dict() for r in results]
+def items_of(records: list[dict]) -> list[dict]:
+    """The item records of a log (the others are the plan of each invocation)."""
+    return [r for r in records if r.get("kind") == "item"]
 
 
-def score_records(task: str, prompts: list[datasets.Prompt], records: list[dict], args: argparse.Namespace) -> None:
-    """Add ``correct``/``extracted``/``score_detail``/``hash`` to each record, in place."""
-    ok = [i for i, r in enumerate(records) if r["ok"]]
-    scores = scoring.score_many(task, [prompts[i].item for i in ok], [records[i]["text"] for i in ok],
-                                timeout=args.exec_timeout, workers=args.exec_workers)
+def last_plan(records: list[dict]) -> dict:
+    """What the latest invocation asked for (arms, tasks, limit): ``--report-only``'s defaults."""
+    plans = [r for r in records if r.get("kind") == "plan"]
+    if not plans:
+        raise RunLogError("the audit log holds no plan record")
+    return plans[-1]
+
+
+def check_arms(records: list[dict], arms: list[Arm], path: Path) -> None:
+    """A resumed log may gain arms, never change what a stored label sends."""
+    stored: dict[str, dict] = {}
     for r in records:
-        r.update(task=task, correct=None, extracted=None, score_detail="", hash=None)
-    for i, s in zip(ok, scores):
-        records[i].update(correct=s.correct, extracted=s.extracted, score_detail=s.detail,
-                          hash=text_hash(records[i]["text"]))
+        stored.setdefault(r["arm"], r["fields"])
+    for arm in arms:
+        if arm.label in stored and stored[arm.label] != dict(arm.fields):
+            raise RunLogError(f"--resume: arm {arm.label!r} sends {dict(arm.fields)} but {path} has it sending "
+                              f"{stored[arm.label]}; use another label")
 
 
-def compare_to_strict(records: list[dict], strict: dict[str, dict]) -> dict:
-    """Divergence share and mean similarity against the strict record of the same item."""
-    pairs = [(r, strict.get(r["tag"])) for r in records if r["ok"]]
-    pairs = [(r, s) for r, s in pairs if s is not None and s["ok"]]
-    if not pairs:
-        return {"divergence_share": None, "similarity_mean": None, "compared": 0}
-    differs = sum(1 for r, s in pairs if r["hash"] != s["hash"])
-    sims = [similarity(r["text"], s["text"]) for r, s in pairs]
-    return {"divergence_share": differs / len(pairs), "similarity_mean": stats.mean(sims), "compared": len(pairs)}
+def score_record(task: str, prompt: datasets.Prompt, record: dict, args: argparse.Namespace) -> dict:
+    """The logged form of one answer: the client's result plus its score and text hash."""
+    record.update(task=task, correct=None, extracted=None, score_detail="", hash=None)
+    if record["ok"]:
+        (s,) = scoring.score_many(task, [prompt.item], [record["text"]], timeout=args.exec_timeout, workers=1)
+        record.update(correct=s.correct, extracted=s.extracted, score_detail=s.detail, hash=text_hash(record["text"]))
+    return record
 
 
-def task_row(task: str, budget: float, records: list[dict], strict: dict[str, dict]) -> dict:
-    scored = [r["correct"] for r in records if r["ok"] and r["correct"] is not None]
-    m = result_metrics(records)
-    return {
-        "task": task, "budget": budget, "n": len(records),
-        "accuracy": (sum(scored) / len(scored)) if scored else None, "scored": len(scored),
-        **compare_to_strict(records, strict),
-        **{k: m[k] for k in ("completion_tokens_mean", "accept_length", "accept_length_mean", "verify_ct_mean",
-                             "spent_mean", "exceptions_mean", "applied_share", "errors", "not_applied_reasons")},
-        "first_errors": first_errors(records),
-    }
+def plan(arms: list[Arm], tasks: list[str]) -> list[tuple[str, Arm]]:
+    """Task by task, strict first: a stopped run leaves whole tasks, each paired with strict."""
+    return [(t, a) for t in tasks for a in arms]
 
 
-def by_budget(rows: list[dict], speed: Optional[dict]) -> list[dict]:
-    speedups = report.speedups_by_budget(speed)
-    out = []
-    for b in sorted({r["budget"] for r in rows if not r.get("noise_floor")}):
-        rs = [r for r in rows if r["budget"] == b and not r.get("noise_floor")]
-        compared = sum(r["compared"] for r in rs)
-        out.append({
-            "budget": b,
-            "accuracy_mean": stats.mean(r["accuracy"] for r in rs),
-            "divergence_share": (sum((r["divergence_share"] or 0) * r["compared"] for r in rs) / compared)
-            if compared else None,
-            "accept_length_mean": stats.mean(r["accept_length"] for r in rs),
-            "completion_tokens_mean": stats.mean(r["completion_tokens_mean"] for r in rs),
-            "spent_mean": stats.mean(r["spent_mean"] for r in rs),
-            "speedup": speedups.get(float(b)),
-        })
-    return out
-
-
-def run(args: argparse.Namespace, url: str) -> tuple[dict, list[dict]]:
-    budgets = parse_budgets(args.budgets)
-    budgets = [0.0] + [b for b in budgets if b != 0]  # strict first: the reference for divergence
-    tasks = datasets.parse_tasks(args.tasks)
+def run(args: argparse.Namespace, arms: list[Arm], tasks: list[str], speed: Optional[dict]) -> dict:
     prompts = {t: datasets.load_prompts(t, args.limit) for t in tasks}
-    model = served_model(requests.Session(), url)
-    plan = [(b, t, False) for b in budgets for t in tasks]
-    if args.noise_floor:
-        plan[len(tasks):len(tasks)] = [(0.0, t, True) for t in tasks]
-    strict: dict[str, dict[str, dict]] = {}
-    rows: list[dict] = []
-    items: list[dict] = []
-    from tqdm import tqdm
+    fp = {"api": args.api, "max_new_tokens": args.max_new_tokens, "launch": args.launch}
+    log_path = args.out / LOG_NAME
+    RunLog.precheck(log_path, LOG_KIND, fp, args.resume)
+    with target_server(args) as url:
+        info = server_info(url)
+        fp["server"] = identity(info)
+        log = RunLog.open(log_path, LOG_KIND, fp, args.resume)
+        check_arms(items_of(log.records), arms, log_path)
+        log.append({"kind": "plan", "arms": [a.to_dict() for a in arms], "tasks": tasks, "limit": args.limit,
+                    "started": time.strftime("%Y-%m-%dT%H:%M:%S%z")})
+        model = served_model(requests.Session(), url)
+        done = {key for key, r in audit_summary.latest(items_of(log.records)).items() if r["ok"]}
+        from tqdm import tqdm
 
-    for budget, task, repeat in tqdm(plan, desc="audit", unit="run", dynamic_ncols=True):
-        label = f"{task} B={budget:g}" + (" (strict again)" if repeat else "")
-        records = generate(url, prompts[task], budget, args, model, label)
-        score_records(task, prompts[task], records, args)
-        if budget == 0 and not repeat:
-            strict[task] = {r["tag"]: r for r in records}
-        row = task_row(task, budget, records, strict.get(task, {}))
-        if budget == 0 and not repeat:
-            row.update(divergence_share=0.0, similarity_mean=1.0)  # the reference itself
-        row["noise_floor"] = repeat
-        rows.append(row)
-        for r in records:
-            r["noise_floor"] = repeat
-        items += records
-    return rows, items
+        steps = plan(arms, tasks)
+        for task, arm in tqdm(steps, desc="audit", unit="task-arm", dynamic_ncols=True):
+            todo = [p for p in prompts[task] if (arm.label, task, p.id) not in done]
+            if not todo:
+                continue
+            reqs = [GenRequest(text=p.text, max_new_tokens=args.max_new_tokens or p.max_new_tokens,
+                               fields=dict(arm.fields), api=args.api, model=model, tag=p.id) for p in todo]
 
+            def on_result(i: int, result, todo=todo, task=task, arm=arm) -> None:
+                rec = score_record(task, todo[i], result.to_dict(), args)
+                log.append({"kind": "item", "arm": arm.label, "fields": dict(arm.fields), **rec})
 
-def warnings_for(rows: list[dict]) -> list[str]:
-    out = []
-    errors = sum(r["errors"] for r in rows)
-    if errors:
-        out.append(f"{errors} request(s) failed, e.g. {next(e for r in rows for e in r['first_errors'])}")
-    if rows and all(r["verify_ct_mean"] is None for r in rows):
-        out.append("no spec_verify_ct in responses: the server is not running speculative decoding")
-    for r in rows:
-        if r["budget"] > 0 and r["applied_share"] is None:
-            out.append(f"{r['task']} budget {r['budget']:g}: no ASD receipts (is this an sglang-asd server?)")
-        elif r["budget"] > 0 and r["applied_share"] < 1.0:
-            out.append(f"{r['task']} budget {r['budget']:g}: ASD applied to {r['applied_share']:.0%} of requests "
-                       f"(reasons: {', '.join(sorted(r['not_applied_reasons']))})")
-    return out
+            run_pass(url, reqs, args.concurrency, args.timeout, desc=f"{task} {arm.label}", on_result=on_result)
+            write(build_result(log.header, log.records, arms, tasks, args.limit, args, speed, info), args.out, speed)
+        return build_result(log.header, log.records, arms, tasks, args.limit, args, speed, info)
 
 
-def assemble(args: argparse.Namespace, url: str, rows: list[dict], speed: Optional[dict]) -> dict:
+def build_result(header: dict, records: list[dict], arms: list[Arm], tasks: list[str], limit: Optional[int],
+                 args: argparse.Namespace, speed: Optional[dict], info: Optional[dict] = None) -> dict:
+    """The report of a log (complete or not): per task and arm, and per arm pooled."""
+    planned = {t: len(datasets.load_prompts(t, limit)) for t in tasks}
+    rows, by_arm = audit_summary.summarize(items_of(records), arms, tasks, planned)
+    speedups = report.speedups_by_arm(speed)
+    for r in by_arm:
+        r["speedup"] = speedups.get(r["arm"], {}).get("value")
+    fp = header["fingerprint"]
+    planned_total = len(arms) * sum(planned.values())
     return {
-        "kind": "asd-audit", "version": 1, "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        "kind": "asd-audit", "version": 2, "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         "title": "ASD speed / quality frontier",
-        "config": {"url": url, "launched": args.launch, "budgets": parse_budgets(args.budgets),
-                   "tasks": datasets.parse_tasks(args.tasks), "limit": args.limit, "api": args.api,
-                   "concurrency": args.concurrency, "max_new_tokens": args.max_new_tokens or "per task",
+        "config": {**fp, "arms": [a.to_dict() for a in arms], "tasks": tasks, "limit": limit,
+                   "concurrency": args.concurrency, "log_created": header["created"],
                    "speed_json": str(args.speed_json) if args.speed_json else None},
-        "results": [r for r in rows if not r.get("noise_floor")],
-        "noise_floor": [r for r in rows if r.get("noise_floor")],
-        "by_budget": by_budget(rows, speed),
-        "warnings": warnings_for(rows),
+        "complete": {"items": sum(r["n"] for r in rows), "planned": planned_total,
+                     "line": audit_summary.complete_line(rows, planned_total)},
+        "server": info if info is not None else fp.get("server"),
+        "results": rows, "by_arm": by_arm,
+        "noise_floor": [r for r in rows if r["arm"] == NOISE_ARM.label],
+        "warnings": audit_summary.warnings_for(rows),
     }
 
 
-def write(audit: dict, items: list[dict], out: Path, speed: Optional[dict]) -> None:
-    report.write_json(out / "audit.json", audit)
-    report.write_jsonl(out / "audit_items.jsonl", items)
-    report.write_csv(out / "audit.csv", audit["results"], [k for k, _ in COLUMNS] + ["accept_length_mean"])
-    report.plot_frontier(audit, out / "frontier.png", speed)
-    cfg = audit["config"]
-    md = [f"# ASD quality audit at natural stop ({audit['created']})", "",
-          f"Server `{cfg['url']}`, route {cfg['api']}, first {cfg['limit'] or 'all'} items per task, "
-          f"greedy, natural stop (max_new_tokens {cfg['max_new_tokens']}), concurrency {cfg['concurrency']}.", "",
-          "## Per budget", "", report.markdown_table(audit["by_budget"], BUDGET_COLUMNS),
-          "## Per task", "", report.markdown_table(audit["results"], COLUMNS)]
-    if audit["noise_floor"]:
-        md += ["## Strict run twice (noise floor of divergence)", "",
-               report.markdown_table(audit["noise_floor"], COLUMNS)]
-    if audit["warnings"]:
-        md += ["Warnings:", *[f"- {w}" for w in audit["warnings"]], ""]
-    md += ["MT-Bench has no judge offline: its accuracy is n/a; read divergence, similarity and length.",
-           "", "![frontier](frontier.png)", ""]
-    (out / "audit.md").write_text("\n".join(md) + "\n")
+def report_only(args: argparse.Namespace, speed: Optional[dict]) -> dict:
+    """The report of the log in ``--out``: the latest plan's arms, tasks and limit, unless
+    ``--tasks`` / ``--limit`` are given; arms the log holds beyond the plan are reported too."""
+    header, records = read_log(args.out / LOG_NAME, LOG_KIND)
+    plan_ = last_plan(records)
+    arms = [Arm.from_dict(a) for a in plan_["arms"]]
+    for r in items_of(records):
+        if all(a.label != r["arm"] for a in arms):
+            arms.append(Arm(r["arm"], r["fields"]))
+    tasks = datasets.parse_tasks(args.tasks) if args.tasks else plan_["tasks"]
+    limit = args.limit if args.limit is not None else plan_["limit"]
+    return build_result(header, records, arms, tasks, limit, args, speed)
 
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m sglang_asd.bench.audit", description=__doc__.split("\n\n")[0])
     add_server_args(p)
-    p.add_argument("--budgets", default="0,8,32", help="comma-separated asd_budget values; 0 is always added")
-    p.add_argument("--tasks", default=",".join(datasets.TASKS), help="comma-separated tasks")
+    p.add_argument("--budgets", help=f"comma-separated asd_budget values, shorthand for arms (default "
+                                     f"{DEFAULT_BUDGETS} when --arms is not given either); strict is always run")
+    p.add_argument("--arms", help="'LABEL:FIELD=VALUE,...;LABEL:...', e.g. 'b8g05:asd_budget=8,asd_gate=0.5'")
+    p.add_argument("--tasks", help=f"comma-separated tasks (default {','.join(datasets.TASKS)}; --report-only: "
+                                   "the run's)")
     p.add_argument("--limit", type=int, default=None, help="first N items per task (default: all shipped)")
     p.add_argument("--api", choices=("chat", "completions", "generate"), default="chat",
                    help="route; chat applies the model's chat template (default)")
@@ -215,35 +180,35 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--concurrency", type=int, default=8)
     p.add_argument("--timeout", type=float, default=1200.0, help="per-request timeout, seconds")
     p.add_argument("--exec-timeout", type=float, default=10.0, help="seconds per code test program")
-    p.add_argument("--exec-workers", type=int, default=2, help="code test programs run at once")
     p.add_argument("--noise-floor", action="store_true", help="run strict twice and report their divergence")
     p.add_argument("--speed-json", type=Path, help="speed.json of a speed run on the same server (x axis)")
-    p.add_argument("--launch-timeout", type=float, default=900.0)
-    p.add_argument("--out", type=Path, required=True)
+    p.add_argument("--out", type=Path, required=True, help="output folder (holds the run log)")
     return p
 
 
 def main(argv: Optional[list[str]] = None) -> int:
     args = build_parser().parse_args(argv)
     try:
-        parse_budgets(args.budgets)
-        datasets.parse_tasks(args.tasks)
-        if args.limit is not None and args.limit < 1:
-            raise ValueError(f"--limit must be >= 1, got {args.limit}")
-        if args.concurrency < 1:
-            raise ValueError(f"--concurrency must be >= 1, got {args.concurrency}")
+        arms = measured_arms(args)
+        tasks = datasets.parse_tasks(args.tasks or ",".join(datasets.TASKS))
+        for name in ("limit", "max_new_tokens", "concurrency"):
+            value = getattr(args, name)
+            if value is not None and value < 1:
+                raise ValueError(f"--{name.replace('_', '-')} must be >= 1, got {value}")
         speed = report.load_json(args.speed_json) if args.speed_json else None
+        if args.report_only:
+            audit = report_only(args, speed)
+        else:
+            args.out.mkdir(parents=True, exist_ok=True)
+            audit = run(args, arms, tasks, speed)
     except (ValueError, OSError) as e:
         raise SystemExit(f"error: {e}")
-    args.out.mkdir(parents=True, exist_ok=True)
-    with target_server(args) as url:
-        rows, items = run(args, url)
-    audit = assemble(args, url, rows, speed)
-    write(audit, items, args.out, speed)
-    print(report.markdown_table(audit["by_budget"], BUDGET_COLUMNS))
+    write(audit, args.out, speed)
+    print(report.markdown_table(audit["by_arm"], BY_ARM_COLUMNS))
     for w in audit["warnings"]:
         print(f"warning: {w}", file=sys.stderr)
-    print(f"wrote {args.out / 'audit.json'}, audit.md, audit.csv, audit_items.jsonl, frontier.png")
+    print(f"{audit['complete']['line']}; wrote {args.out / 'audit.json'}, audit.md, audit.csv, frontier.png "
+          f"(log {args.out / LOG_NAME})")
     return 0
 
 

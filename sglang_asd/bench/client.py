@@ -41,12 +41,25 @@ class GenRequest:
     api: str = "generate"
     model: str = "default"             # OpenAI routes only
     tag: str = ""                      # caller's label (prompt id), copied into the result
+    fields: Optional[dict] = None      # more ASD request fields (an arm's), e.g. {"asd_gate": 0.5}
 
     def __post_init__(self) -> None:
         if self.api not in APIS:
             raise ValueError(f"api must be one of {APIS}, got {self.api!r}")
         if self.max_new_tokens < 1:
             raise ValueError(f"max_new_tokens must be >= 1, got {self.max_new_tokens}")
+        for key in self.fields or {}:
+            if not key.startswith("asd_"):
+                raise ValueError(f"fields may only hold asd_* request fields, got {key!r}")
+        given = (self.fields or {}).get("asd_budget")
+        if self.budget is not None and given is not None and float(given) != float(self.budget):
+            raise ValueError(f"budget {self.budget} and fields asd_budget {given} disagree")
+
+    def asd_fields(self) -> dict:
+        """Every ASD field the request sends: ``asd_budget`` (from ``budget``) and ``fields``."""
+        out = {} if self.budget is None else {"asd_budget": self.budget}
+        out.update(self.fields or {})
+        return out
 
 
 @dataclasses.dataclass
@@ -90,16 +103,14 @@ def build_payload(req: GenRequest) -> tuple[str, dict]:
     if req.api == "generate":
         sampling: dict[str, Any] = {"temperature": 0.0, "max_new_tokens": req.max_new_tokens,
                                     "ignore_eos": req.ignore_eos}
-        if req.budget is not None:
-            sampling["asd_budget"] = req.budget
+        sampling.update(req.asd_fields())
         return PATHS["generate"], {"text": req.text, "sampling_params": sampling, "stream": req.stream}
     body: dict[str, Any] = {"model": req.model, "max_tokens": req.max_new_tokens, "temperature": 0.0,
                             "ignore_eos": req.ignore_eos, "stream": req.stream,
                             "return_spec_tokens_details": True}
     if req.stream:
         body["stream_options"] = {"include_usage": True}
-    if req.budget is not None:
-        body["asd_budget"] = req.budget
+    body.update(req.asd_fields())
     if req.api == "chat":
         body["messages"] = [{"role": "user", "content": req.text}]
     else:
@@ -224,7 +235,9 @@ def send(session, base_url: str, req: GenRequest, timeout: float = 600.0) -> Gen
     """Send one request and read it completely. Never raises for HTTP or protocol errors:
     they come back as ``ok=False`` with ``error`` set."""
     path, body = build_payload(req)
-    res = GenResult(tag=req.tag, api=req.api, stream=req.stream, budget=req.budget, start_time=time.time())
+    budget = req.asd_fields().get("asd_budget")
+    res = GenResult(tag=req.tag, api=req.api, stream=req.stream, budget=None if budget is None else float(budget),
+                    start_time=time.time())
     t0 = time.perf_counter()
     try:
         # No redirects: a benchmark talks to the host it was given and nowhere else.

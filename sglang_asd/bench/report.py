@@ -52,6 +52,17 @@ def fmt(value: Any, digits: int = 3) -> str:
     return str(value)
 
 
+def fmt_ci(value: Any, ci: Optional[Sequence[float]], digits: int = 3, signed: bool = False) -> str:
+    """``1.046 [0.981, 1.102]``: a value and its interval (``n/a`` parts never invented)."""
+    if value is None or (isinstance(value, float) and not math.isfinite(value)):
+        return NOT_MEASURED
+    spec = f"+.{digits}f" if signed else f".{digits}f"
+    text = format(value, spec)
+    if ci is not None and None not in ci:
+        text += f" [{format(ci[0], spec)}, {format(ci[1], spec)}]"
+    return text
+
+
 def _cell(key: str, value: Any, digits: int) -> str:
     if key == "budget" and isinstance(value, (int, float)) and not isinstance(value, bool):
         return f"{value:g}"
@@ -70,65 +81,95 @@ def load_json(path: Path) -> dict:
     return json.loads(Path(path).read_text())
 
 
-def speedups_by_budget(speed: Optional[dict]) -> dict[float, float]:
-    """Budget -> median tokens/s ratio ASD/strict from a speed benchmark JSON (budget 0 -> 1.0)."""
+def speedups_by_arm(speed: Optional[dict], min_repeats: int = 5) -> dict[str, dict]:
+    """Arm label -> ``{"value", "ci", "n", "basis"}``: tokens/s against strict from a speed
+    benchmark JSON. With at least ``min_repeats`` repeats the median over repeats and its
+    interval; with fewer, the per-prompt ratio (geometric mean) and its interval over prompts.
+    Strict is 1. Old files (``budgets`` rows) give the median alone."""
     if not speed:
         return {}
-    out = {0.0: 1.0}
-    for row in speed.get("budgets", []):
+    out: dict[str, dict] = {"strict": {"value": 1.0, "ci": None, "n": None, "basis": "reference"}}
+    for row in speed.get("arms", []):
+        if row.get("arm") in (None, "strict"):
+            continue
+        by_repeats = (row.get("repeats_n") or 0) >= min_repeats or row.get("prompt_speedup") is None
+        value = row.get("speedup_median") if by_repeats else row.get("prompt_speedup")
+        if value is not None:
+            out[row["arm"]] = {"value": value, "ci": row.get("speedup_ci" if by_repeats else "prompt_speedup_ci"),
+                               "n": row.get("repeats_n" if by_repeats else "prompts_n"),
+                               "basis": "repeats" if by_repeats else "prompts"}
+    for row in speed.get("budgets", []):  # version 1 files
         if row.get("speedup_median") is not None:
-            out[float(row["budget"])] = float(row["speedup_median"])
+            b = float(row["budget"])
+            out["strict" if b == 0 else f"b{b:g}"] = {"value": float(row["speedup_median"]), "ci": None,
+                                                       "n": None, "basis": "repeats"}
     return out
 
 
 def plot_frontier(audit: dict, out_png: Path, speed: Optional[dict] = None) -> Path:
-    """One point per budget: x = speedup over strict (from ``speed``) or mean accept length;
-    y = accuracy (mean over scored tasks, and one faint line per task); or, with no scored task,
-    the share of outputs identical to the strict output."""
+    """One point per arm: x = tokens/s against strict (from ``speed``, with its interval) or the
+    mean accept length; y = accuracy change against strict in points, with its paired 95%
+    interval (pooled over scored tasks; one faint marker per task); ``n`` in every label. With
+    no scored task, y = the share of outputs identical to strict."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    speedups = speedups_by_budget(speed)
-    per_budget = audit.get("by_budget", [])
-    use_speed = bool(speedups) and all(float(r["budget"]) in speedups for r in per_budget)
+    speedups = speedups_by_arm(speed)
+    arms = audit.get("by_arm", [])
+    use_speed = bool(speedups) and all(r["arm"] in speedups for r in arms if r["arm"] != "strict-rerun")
+    scored = any(r.get("acc_delta") is not None for r in arms)
 
-    def x_of(row: dict) -> Optional[float]:
-        return speedups.get(float(row["budget"])) if use_speed else row.get("accept_length_mean")
+    def x_of(label: str, accept: Optional[float]) -> tuple[Optional[float], Optional[list]]:
+        if use_speed:
+            s = speedups.get(label) or (speedups["strict"] if label == "strict-rerun" else {})
+            return s.get("value"), s.get("ci")
+        return accept, None
 
-    scored = any(r.get("accuracy_mean") is not None for r in per_budget)
-    fig, ax = plt.subplots(figsize=(6.4, 4.4), dpi=120)
+    fig, ax = plt.subplots(figsize=(7.0, 4.8), dpi=120)
     if scored:
-        by_task: dict[str, list[tuple[float, float]]] = {}
+        by_task: dict[str, list] = {}
         for r in audit.get("results", []):
-            x = x_of({"budget": r["budget"], "accept_length_mean": r.get("accept_length_mean")})
-            if r.get("accuracy") is not None and x is not None:
-                by_task.setdefault(r["task"], []).append((x, r["accuracy"]))
+            x, _ = x_of(r["arm"], r.get("accept_length"))
+            if r.get("acc_delta") is not None and x is not None:
+                by_task.setdefault(f"{r['task']} (n={r['scored_pairs']})", []).append((x, 100.0 * r["acc_delta"]))
         for task, pts in sorted(by_task.items()):
-            pts.sort()
-            ax.plot([p[0] for p in pts], [p[1] for p in pts], marker=".", alpha=0.35, lw=1, label=task)
-    points = []
-    for r in per_budget:
-        y = r.get("accuracy_mean") if scored else (
-            None if r.get("divergence_share") is None else 1.0 - r["divergence_share"])
-        x = x_of(r)
-        if x is not None and y is not None:
-            points.append((x, y, r["budget"]))
-    points.sort()
-    if points:
-        ax.plot([p[0] for p in points], [p[1] for p in points], marker="o", color="black", lw=2,
-                label="mean" if scored else "identical to strict")
-        for x, y, b in points:
-            ax.annotate(f"B={b:g}", (x, y), textcoords="offset points", xytext=(4, 4), fontsize=8)
-        lo, hi = min(p[1] for p in points), max(p[1] for p in points)
-        if hi - lo < 0.05:  # keep a flat frontier readable: at least 5 points of accuracy visible
-            mid = min(max((lo + hi) / 2, 0.025), 0.975)
-            ax.set_ylim(mid - 0.035, mid + 0.035)
-    else:
+            ax.scatter([p[0] for p in pts], [p[1] for p in pts], s=14, alpha=0.45, label=task)
+    drawn = 0
+    for r in arms:
+        x, xci = x_of(r["arm"], r.get("accept_length"))
+        if scored:
+            y = None if r.get("acc_delta") is None else 100.0 * r["acc_delta"]
+            yci = r.get("acc_delta_ci")
+            yci = None if yci is None else [100.0 * yci[0], 100.0 * yci[1]]
+            n = r.get("scored_pairs")
+        else:
+            y = None if r.get("divergence_share") is None else 1.0 - r["divergence_share"]
+            yci, n = None, r.get("pairs")
+        if x is None or y is None:
+            continue
+        xerr = None if not xci else [[max(0.0, x - xci[0])], [max(0.0, xci[1] - x)]]
+        yerr = None if not yci else [[max(0.0, y - yci[0])], [max(0.0, yci[1] - y)]]
+        rerun = r["arm"] == "strict-rerun"  # the noise floor sits on strict: grey, labelled below it
+        ax.errorbar([x], [y], xerr=xerr, yerr=yerr, fmt="x" if rerun else "o", color="grey" if rerun else "black",
+                    ms=6, capsize=3, lw=1.2)
+        ax.annotate(f"{r['arm']} (n={n})", (x, y), textcoords="offset points", xytext=(5, -12 if rerun else 5),
+                    fontsize=8, color="grey" if rerun else "black")
+        drawn += 1
+    if not drawn:
         ax.text(0.5, 0.5, "no measured points", ha="center", va="center", transform=ax.transAxes)
-    ax.set_xlabel("throughput ASD / strict (fixed work)" if use_speed else "mean accept length (tokens / verify round)")
-    ax.set_ylabel("accuracy" if scored else "share of outputs identical to strict")
+    if scored:
+        ax.axhline(0.0, color="grey", lw=0.8, ls="--")
+    if use_speed:
+        ax.axvline(1.0, color="grey", lw=0.8, ls="--")
+        bases = {v["basis"] for k, v in speedups.items() if k != "strict"}
+        basis = "over prompts" if bases == {"prompts"} else "over repeats" if bases == {"repeats"} else "mixed"
+        ax.set_xlabel(f"tokens/s vs strict at fixed work (95% CI {basis})")
+    else:
+        ax.set_xlabel("mean accept length (tokens / verify round)")
+    ax.set_ylabel("accuracy - strict accuracy, points (paired 95% CI)" if scored
+                  else "share of outputs identical to strict")
     ax.set_title(audit.get("title") or "ASD speed / quality frontier")
     ax.grid(alpha=0.3)
     if ax.get_legend_handles_labels()[0]:

@@ -1,5 +1,7 @@
 """Run a list of requests against a server at a fixed concurrency (a thread pool, one
-``requests.Session`` per thread), with a tqdm progress bar. Results come back in request order."""
+``requests.Session`` per thread), with a tqdm progress bar. Results come back in request order;
+``on_result(index, result)`` is also called, in the caller's thread, as each one completes (the
+audit scores and logs items as they arrive, so a stopped run keeps them)."""
 
 from __future__ import annotations
 
@@ -7,7 +9,7 @@ import concurrent.futures
 import dataclasses
 import threading
 import time
-from typing import Optional, Sequence
+from typing import Callable, Optional, Sequence
 
 import requests
 
@@ -35,7 +37,8 @@ class PassResult:
 
 
 def run_pass(base_url: str, requests_: Sequence[GenRequest], concurrency: int, timeout: float = 600.0,
-             desc: Optional[str] = None, progress: bool = True) -> PassResult:
+             desc: Optional[str] = None, progress: bool = True,
+             on_result: Optional[Callable[[int, GenResult], None]] = None) -> PassResult:
     if concurrency < 1:
         raise ValueError(f"concurrency must be >= 1, got {concurrency}")
     local = threading.local()
@@ -55,7 +58,10 @@ def run_pass(base_url: str, requests_: Sequence[GenRequest], concurrency: int, t
     with concurrent.futures.ThreadPoolExecutor(max_workers=concurrency) as pool:
         futures = {pool.submit(one, req): i for i, req in enumerate(requests_)}
         for fut in concurrent.futures.as_completed(futures):
-            results[futures[fut]] = fut.result()
+            index = futures[fut]
+            results[index] = fut.result()
+            if on_result is not None:
+                on_result(index, results[index])
             if bar is not None:
                 bar.update(1)
     wall = time.perf_counter() - t0

@@ -1,13 +1,21 @@
-"""Summary statistics for benchmark results: percentiles, medians, means. Standard library only.
+"""Statistics for benchmark results. Standard library only, deterministic (seeded).
 
-``percentile`` interpolates linearly between order statistics (numpy's default ``"linear"``
-method): for ``n`` sorted values the q-th percentile sits at rank ``(n - 1) * q / 100``.
+- summaries: ``percentile`` (linear interpolation between order statistics, numpy's default
+  ``"linear"`` method: for ``n`` sorted values the q-th percentile sits at rank
+  ``(n - 1) * q / 100``), ``median``, ``mean``, ``geometric_mean``, ``summarize``;
+- the speed benchmark's arithmetic: ``ratio``, ``drift``;
+- intervals and tests: ``bootstrap_ci`` (percentile bootstrap of a mean, median or geometric
+  mean, e.g. a speed ratio over repeats or prompts), ``paired_diff_ci`` (paired bootstrap of a
+  mean difference, e.g. accuracy or length of the same items under two arms), ``discordant`` and
+  ``mcnemar_exact`` (exact two-sided McNemar test on the discordant pairs).
+
 Empty inputs give ``None`` rather than a number, so a report never shows a made-up value.
 """
 
 from __future__ import annotations
 
 import math
+import random
 from typing import Iterable, Optional, Sequence
 
 PERCENTILES = (50, 90, 99)
@@ -59,3 +67,106 @@ def drift(a: Optional[float], b: Optional[float]) -> Optional[float]:
     if a is None or b is None or a + b == 0:
         return None
     return abs(a - b) / ((a + b) / 2.0)
+
+
+def geometric_mean(values: Iterable[Optional[float]]) -> Optional[float]:
+    """``exp(mean(log x))`` over the finite positive values (the mean of ratios), or None."""
+    xs = [x for x in _finite(values) if x > 0]
+    return math.exp(sum(math.log(x) for x in xs) / len(xs)) if xs else None
+
+
+# ---------------------------------------------------------------- intervals and tests
+# Percentile bootstrap (Efron): resample the units (items, prompts, repeats) with replacement
+# ``n_boot`` times, compute the statistic on each resample, and take the (1-level)/2 and
+# (1+level)/2 percentiles of those values. A private ``random.Random(seed)`` makes every interval
+# reproducible run to run; nothing here touches the global random state.
+
+STATISTICS = {"mean": mean, "median": median, "gmean": geometric_mean}
+N_BOOT = 10000
+LEVEL = 0.95
+
+
+def _check_level(level: float, n_boot: int) -> None:
+    if not 0 < level < 1:
+        raise ValueError(f"level must be in (0, 1), got {level}")
+    if n_boot < 1:
+        raise ValueError(f"n_boot must be >= 1, got {n_boot}")
+
+
+def bootstrap_ci(values: Sequence[Optional[float]], statistic: str = "mean", level: float = LEVEL,
+                 n_boot: int = N_BOOT, seed: int = 0) -> Optional[tuple[float, float]]:
+    """Percentile-bootstrap interval of ``statistic`` ("mean", "median" or "gmean") over the
+    finite values, or None when there are none. With one value (or all equal) it is that value."""
+    if statistic not in STATISTICS:
+        raise ValueError(f"statistic must be one of {sorted(STATISTICS)}, got {statistic!r}")
+    _check_level(level, n_boot)
+    xs = _finite(values)
+    if statistic == "gmean":
+        xs = [x for x in xs if x > 0]
+    if not xs:
+        return None
+    if min(xs) == max(xs):
+        v = STATISTICS[statistic](xs)
+        return (v, v)
+    if statistic == "gmean":  # the geometric mean is the mean on the log scale
+        lo, hi = bootstrap_ci([math.log(x) for x in xs], "mean", level, n_boot, seed)
+        return (math.exp(lo), math.exp(hi))
+    rng = random.Random(seed)
+    n = len(xs)
+    if statistic == "mean":
+        draws = [sum(rng.choices(xs, k=n)) / n for _ in range(n_boot)]
+    else:
+        draws = [_sorted_median(sorted(rng.choices(xs, k=n))) for _ in range(n_boot)]
+    return _percentile_pair(draws, level)
+
+
+def _sorted_median(xs: list[float]) -> float:
+    mid = len(xs) // 2
+    return xs[mid] if len(xs) % 2 else (xs[mid - 1] + xs[mid]) / 2.0
+
+
+def _percentile_pair(draws: list[float], level: float) -> tuple[float, float]:
+    tail = (1.0 - level) / 2.0 * 100.0
+    return (percentile(draws, tail), percentile(draws, 100.0 - tail))
+
+
+def paired_diff_ci(reference: Sequence[float], candidate: Sequence[float], level: float = LEVEL,
+                   n_boot: int = N_BOOT, seed: int = 0) -> Optional[tuple[float, float]]:
+    """Paired-bootstrap interval of ``mean(candidate) - mean(reference)``: the pairs (same item
+    under both arms) are resampled together. None for no pairs. Inputs are aligned by index."""
+    if len(reference) != len(candidate):
+        raise ValueError(f"paired samples must have the same length, got {len(reference)} and {len(candidate)}")
+    diffs = [float(c) - float(r) for r, c in zip(reference, candidate)]
+    return bootstrap_ci(diffs, "mean", level=level, n_boot=n_boot, seed=seed)
+
+
+def mean_diff(reference: Sequence[float], candidate: Sequence[float]) -> Optional[float]:
+    """``mean(candidate - reference)`` over aligned pairs, or None for no pairs."""
+    if len(reference) != len(candidate):
+        raise ValueError(f"paired samples must have the same length, got {len(reference)} and {len(candidate)}")
+    return mean(float(c) - float(r) for r, c in zip(reference, candidate))
+
+
+def discordant(reference: Sequence[bool], candidate: Sequence[bool]) -> tuple[int, int]:
+    """``(lost, gained)``: items right under the reference and wrong under the candidate, and
+    the other way round (McNemar's b and c)."""
+    if len(reference) != len(candidate):
+        raise ValueError(f"paired samples must have the same length, got {len(reference)} and {len(candidate)}")
+    lost = sum(1 for r, c in zip(reference, candidate) if r and not c)
+    gained = sum(1 for r, c in zip(reference, candidate) if c and not r)
+    return lost, gained
+
+
+def mcnemar_exact(lost: int, gained: int) -> float:
+    """Exact two-sided McNemar p-value: under "no effect" each of the ``n = lost + gained``
+    discordant pairs goes either way with probability 1/2, so
+    ``p = min(1, 2 * P(Binomial(n, 1/2) <= min(lost, gained)))``; 1.0 when n = 0."""
+    for name, v in (("lost", lost), ("gained", gained)):
+        if isinstance(v, bool) or not isinstance(v, int) or v < 0:
+            raise ValueError(f"{name} must be an integer >= 0, got {v!r}")
+    n = lost + gained
+    if n == 0:
+        return 1.0
+    k = min(lost, gained)
+    tail = sum(math.comb(n, i) for i in range(k + 1)) / 2.0 ** n
+    return min(1.0, 2.0 * tail)

@@ -11,6 +11,8 @@ docs/CONTRACTS.md (receipts, 400 messages).
 Behaviour: a "token" is a word. Budget 0 answers the shipped GSM8K / MATH / MMLU prompts
 correctly; a budget >= 8 gets every fourth item wrong and spends regret. Speculative stats: accept
 length 2 when strict, 3 with a budget; each verify round sleeps ``ROUND_S``, so a budget is faster.
+``FakeServer(plain=True)`` stands for a server without speculative decoding: one token per
+round, no speculative stats, no receipts.
 """
 
 from __future__ import annotations
@@ -73,6 +75,7 @@ def receipt(budget: float, n_tokens: int) -> dict:
 
 class Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
+    plain = False  # True: no speculative decoding (see FakeServer)
 
     def log_message(self, *args):  # quiet
         pass
@@ -91,7 +94,7 @@ class Handler(BaseHTTPRequestHandler):
         if self.path == "/v1/models":
             return self._json(200, {"object": "list", "data": [{"id": "fake-model", "object": "model"}]})
         if self.path in ("/server_info", "/get_server_info"):
-            return self._json(200, {"model_path": "fake-model", "speculative_algorithm": "FAKE"})
+            return self._json(200, {"model_path": "fake-model", "speculative_algorithm": None if self.plain else "FAKE"})
         self._json(404, {"error": {"message": "not found"}})
 
     def do_POST(self):
@@ -109,7 +112,7 @@ class Handler(BaseHTTPRequestHandler):
         if isinstance(budget, bool) or not isinstance(budget, (int, float)) or not 0 <= budget <= MAX_BUDGET:
             return self._json(400, {"error": {"message": f"asd_budget must be a finite number in [0, {MAX_BUDGET:g}], got {budget}"}})
         words, finish = compose(prompt, max_new, ignore_eos, float(budget))
-        accept = 3.0 if budget > 0 else 2.0
+        accept = 1.0 if self.plain else (3.0 if budget > 0 else 2.0)
         if self.path == "/generate":
             self._generate(words, finish, float(budget), accept, stream)
         else:
@@ -128,7 +131,10 @@ class Handler(BaseHTTPRequestHandler):
 
     def _meta(self, words, n, step, finish, budget, t0, done):
         meta = {"id": "r", "prompt_tokens": 7, "completion_tokens": n, "e2e_latency": time.perf_counter() - t0,
-                "finish_reason": ({"type": finish} if done else None), "asd": receipt(budget, n)}
+                "finish_reason": ({"type": finish} if done else None)}
+        if self.plain:
+            return meta
+        meta["asd"] = receipt(budget, n)
         if step:
             meta.update(spec_verify_ct=step, spec_accept_length=n / step, spec_num_correct_drafts=n - step)
         return meta
@@ -167,11 +173,13 @@ class Handler(BaseHTTPRequestHandler):
             for n, step in self._rounds(words, accept):
                 pass
             text = " ".join(words)
-            choice = {"index": 0, "finish_reason": finish, "asd": receipt(budget, n)}
+            choice = {"index": 0, "finish_reason": finish}
             choice.update({"message": {"role": "assistant", "content": text}} if chat else {"text": text})
             resp = {"id": "x", "object": "chat.completion" if chat else "text_completion", "model": "fake-model",
-                    "choices": [choice], "usage": usage(n), "asd": receipt(budget, n)}
-            if spec:
+                    "choices": [choice], "usage": usage(n)}
+            if not self.plain:
+                choice["asd"] = resp["asd"] = receipt(budget, n)
+            if spec and not self.plain:
                 resp["sglext"] = {"spec_tokens_details": details(n, step)}
             return self._json(200, resp)
         self._sse_start()
@@ -180,19 +188,20 @@ class Handler(BaseHTTPRequestHandler):
             delta = (" " if sent else "") + " ".join(words[sent:n])
             sent = n
             choice = {"index": 0, "finish_reason": finish if n == len(words) else None}
-            if n == len(words):
+            if n == len(words) and not self.plain:
                 choice["asd"] = receipt(budget, n)
             choice.update({"delta": {"content": delta}} if chat else {"text": delta})
             self._sse({"id": "x", "choices": [choice], "model": "fake-model"})
-        if spec:
+        if spec and not self.plain:
             self._sse({"id": "x", "choices": [], "model": "fake-model", "sglext": {"spec_tokens_details": details(n, step)}})
         self._sse({"id": "x", "choices": [], "model": "fake-model", "usage": usage(n)})
         self._sse(b"[DONE]")
 
 
 class FakeServer:
-    def __init__(self, host: str = "127.0.0.1", port: int = 0):
-        self.httpd = ThreadingHTTPServer((host, port), Handler)
+    def __init__(self, host: str = "127.0.0.1", port: int = 0, plain: bool = False):
+        handler = type("PlainHandler", (Handler,), {"plain": True}) if plain else Handler
+        self.httpd = ThreadingHTTPServer((host, port), handler)
         self.httpd.daemon_threads = True
         self.url = f"http://{host}:{self.httpd.server_address[1]}"
         self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
@@ -212,6 +221,7 @@ if __name__ == "__main__":
     argv = sys.argv[1:]
     host = argv[argv.index("--host") + 1] if "--host" in argv else "127.0.0.1"
     port = int(argv[argv.index("--port") + 1]) if "--port" in argv else 30000
-    server = FakeServer(host, port)
+    # a launch_server command line with a model and no speculative algorithm = a plain server
+    server = FakeServer(host, port, plain="--model-path" in argv and "--speculative-algorithm" not in argv)
     print(server.url, flush=True)
     server.httpd.serve_forever()

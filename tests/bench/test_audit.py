@@ -1,10 +1,16 @@
-"""Quality audit end to end against the fake server: scoring, divergence, report files, plot."""
+"""Quality audit end to end against the fake server: scoring, paired statistics, divergence, report
+files, plot, and a run stopped and resumed."""
 
 import json
 
 import pytest
 
-from sglang_asd.bench import audit
+from sglang_asd.bench import audit, audit_summary
+from sglang_asd.bench.arms import Arm
+
+
+def _items(path):
+    return [r for r in map(json.loads, path.read_text().splitlines()) if r.get("kind") == "item"]
 
 
 def test_audit_against_fake_server(fake_server_url, tmp_path):
@@ -12,48 +18,137 @@ def test_audit_against_fake_server(fake_server_url, tmp_path):
                      "--limit", "8", "--concurrency", "4", "--noise-floor", "--out", str(tmp_path)])
     assert rc == 0
     result = json.loads((tmp_path / "audit.json").read_text())
-    rows = {(r["task"], r["budget"]): r for r in result["results"]}
+    rows = {(r["task"], r["arm"]): r for r in result["results"]}
     # strict is always run (0 was not asked for) and is the reference
     for task in ("gsm8k", "math500", "mmlu"):
-        assert rows[(task, 0.0)]["accuracy"] == 1.0            # the fake server answers right at B=0
-        assert rows[(task, 0.0)]["divergence_share"] == 0.0
-        assert rows[(task, 8.0)]["accuracy"] < 1.0             # and wrong on some items at B=8
-        assert rows[(task, 8.0)]["divergence_share"] == pytest.approx(1.0 - rows[(task, 8.0)]["accuracy"])
-    mt = rows[("mtbench", 8.0)]
-    assert mt["accuracy"] is None and mt["divergence_share"] == 1.0 and 0 < mt["similarity_mean"] < 1
-    assert all(r["divergence_share"] == 0.0 for r in result["noise_floor"])
-    by_budget = {r["budget"]: r for r in result["by_budget"]}
-    assert by_budget[0.0]["accuracy_mean"] == 1.0 and by_budget[8.0]["accuracy_mean"] < 1.0
-    items = [json.loads(line) for line in (tmp_path / "audit_items.jsonl").read_text().splitlines()]
-    assert len(items) == 4 * 8 * 3 and all(i["hash"] for i in items)
+        strict, b8 = rows[(task, "strict")], rows[(task, "b8")]
+        assert strict["accuracy"] == 1.0 and strict["divergence_share"] == 0.0   # right at B=0
+        assert b8["accuracy"] < 1.0                                             # wrong on some items at B=8
+        assert b8["divergence_share"] == pytest.approx(1.0 - b8["accuracy"])
+        assert b8["lost"] == 8 - b8["correct"] and b8["gained"] == 0 and b8["scored_pairs"] == 8
+        assert b8["acc_delta"] == pytest.approx(b8["accuracy"] - 1.0)
+        lo, hi = b8["acc_delta_ci"]
+        assert lo <= b8["acc_delta"] <= hi <= 0
+    mt = rows[("mtbench", "b8")]
+    assert mt["accuracy"] is None and mt["acc_delta"] is None and mt["mcnemar_p"] is None
+    assert mt["divergence_share"] == 1.0 and 0 < mt["similarity_mean"] < 1
+    floor = {r["task"]: r for r in result["noise_floor"]}
+    assert all(r["divergence_share"] == 0.0 and r["lost"] in (0, None) for r in floor.values())
+    assert floor["gsm8k"]["acc_delta"] == 0.0 and floor["mtbench"]["acc_delta"] is None
+    by_arm = {r["arm"]: r for r in result["by_arm"]}
+    assert list(by_arm) == ["strict", "b8", "strict-rerun"]
+    b8 = by_arm["b8"]
+    assert b8["scored_pairs"] == 24 and b8["pairs"] == 32 and b8["n"] == 32
+    assert b8["mcnemar_p"] == pytest.approx(audit_summary.stats.mcnemar_exact(b8["lost"], 0))
+    assert result["complete"] == {"items": 96, "planned": 96, "line": "complete: 96 of 96 items"}
+    assert len(_items(tmp_path / "audit_items.jsonl")) == 4 * 8 * 3
+    assert all(i["hash"] for i in _items(tmp_path / "audit_items.jsonl"))
     png = (tmp_path / "frontier.png").read_bytes()
     assert png[:4] == b"\x89PNG" and len(png) > 1000
     md = (tmp_path / "audit.md").read_text()
-    assert "| gsm8k | 8 |" in md and "frontier.png" in md
+    assert "| gsm8k | b8 |" in md and "frontier.png" in md and "complete: 96 of 96 items" in md
+    assert "| strict | asd_budget=0 | 32 |" in md and "reference" in md
+
+
+def test_audit_arms_send_their_fields(fake_server_url, tmp_path):
+    rc = audit.main(["--url", fake_server_url, "--budgets", "0", "--arms", "g05:asd_budget=8,asd_gate=0.5",
+                     "--tasks", "mmlu", "--limit", "3", "--out", str(tmp_path)])
+    assert rc == 0
+    items = _items(tmp_path / "audit_items.jsonl")
+    assert {(i["arm"], json.dumps(i["fields"], sort_keys=True)) for i in items} == {
+        ("strict", '{"asd_budget": 0.0}'), ("g05", '{"asd_budget": 8, "asd_gate": 0.5}')}
+    assert all(i["budget"] == 8.0 for i in items if i["arm"] == "g05")
 
 
 def test_audit_code_task_uses_sandbox(fake_server_url, tmp_path):
     rc = audit.main(["--url", fake_server_url, "--budgets", "0", "--tasks", "humaneval", "--limit", "2",
                      "--out", str(tmp_path), "--exec-timeout", "5"])
     assert rc == 0
-    items = [json.loads(line) for line in (tmp_path / "audit_items.jsonl").read_text().splitlines()]
+    items = _items(tmp_path / "audit_items.jsonl")
     assert [i["correct"] for i in items] == [False, False]  # the fake server writes no code
     assert all(i["extracted"] == "failed" for i in items)
 
 
 def test_audit_with_speed_json(fake_server_url, tmp_path):
     speed = tmp_path / "speed.json"
-    speed.write_text(json.dumps({"budgets": [{"budget": 8.0, "speedup_median": 1.05}]}))
+    speed.write_text(json.dumps({"arms": [{"arm": "b8", "repeats_n": 3, "speedup_median": 1.05,
+                                           "speedup_ci": [1.0, 1.1], "prompt_speedup": 1.04,
+                                           "prompt_speedup_ci": [1.01, 1.07], "prompts_n": 16}]}))
     rc = audit.main(["--url", fake_server_url, "--budgets", "0,8", "--tasks", "mmlu", "--limit", "4",
                      "--speed-json", str(speed), "--out", str(tmp_path / "out")])
     assert rc == 0
     result = json.loads((tmp_path / "out" / "audit.json").read_text())
-    assert [r["speedup"] for r in result["by_budget"]] == [1.0, 1.05]
+    assert [r["speedup"] for r in result["by_arm"]] == [1.0, 1.04]   # 3 repeats: the per-prompt ratio
+
+
+def test_stopped_audit_resumes_to_the_same_result(fake_server_url, tmp_path, monkeypatch):
+    args = ["--url", fake_server_url, "--budgets", "0,8", "--tasks", "gsm8k,mmlu", "--limit", "6",
+            "--concurrency", "2", "--noise-floor"]
+    whole = tmp_path / "whole"
+    assert audit.main(args + ["--out", str(whole)]) == 0
+
+    stopped = tmp_path / "stopped"
+    real_append = audit.RunLog.append
+
+    def dying_append(self, record):
+        if len([r for r in self.records if r.get("kind") == "item"]) == 9:
+            with self.path.open("a") as f:
+                f.write('{"kind": "item", "arm": "b8", "ta')     # killed mid-write
+            raise KeyboardInterrupt
+        real_append(self, record)
+
+    monkeypatch.setattr(audit.RunLog, "append", dying_append)
+    with pytest.raises(KeyboardInterrupt):
+        audit.main(args + ["--out", str(stopped)])
+    monkeypatch.setattr(audit.RunLog, "append", real_append)
+    assert audit.main(["--report-only", "--out", str(stopped)]) == 0
+    partial = json.loads((stopped / "audit.json").read_text())
+    assert partial["complete"]["items"] == 9 and partial["complete"]["planned"] == 36
+    assert "PARTIAL: 9 of 36 items" in (stopped / "audit.md").read_text()
+
+    with pytest.raises(SystemExit, match="already holds a run; pass --resume"):
+        audit.main(args + ["--out", str(stopped)])
+    with pytest.raises(SystemExit, match="api: stored \"chat\", now \"generate\""):
+        audit.main(args + ["--api", "generate", "--resume", "--out", str(stopped)])
+    with pytest.raises(SystemExit, match="arm 'b8' sends"):
+        audit.main(args[:3] + ["0", "--arms", "b8:asd_budget=4"] + args[4:] + ["--resume", "--out", str(stopped)])
+    assert audit.main(args + ["--resume", "--out", str(stopped)]) == 0
+
+    a, b = (json.loads((d / "audit.json").read_text()) for d in (whole, stopped))
+    same = ("task", "arm", "n", "accuracy", "acc_delta", "acc_delta_ci", "lost", "gained", "mcnemar_p", "len_delta",
+            "len_delta_ci", "divergence_share", "accept_length", "spent_mean")
+    assert [{k: r[k] for k in same} for r in a["results"]] == [{k: r[k] for k in same} for r in b["results"]]
+    assert [{k: r[k] for k in same[1:]} for r in a["by_arm"]] == [{k: r[k] for k in same[1:]} for r in b["by_arm"]]
+    assert b["complete"]["line"] == "complete: 36 of 36 items"
+    def keys(d):
+        return sorted((i["arm"], i["task"], i["tag"], i["hash"]) for i in _items(d / "audit_items.jsonl"))
+
+    assert keys(whole) == keys(stopped)
+
+
+def test_resume_may_add_an_arm(fake_server_url, tmp_path):
+    base = ["--url", fake_server_url, "--tasks", "mmlu", "--limit", "3", "--out", str(tmp_path)]
+    assert audit.main(base + ["--budgets", "0,8"]) == 0
+    assert audit.main(base + ["--budgets", "0,8,32", "--resume"]) == 0
+    result = json.loads((tmp_path / "audit.json").read_text())
+    assert [r["arm"] for r in result["by_arm"]] == ["strict", "b8", "b32"]
+    assert len(_items(tmp_path / "audit_items.jsonl")) == 9       # strict and b8 were not re-run
+
+
+def test_retried_item_replaces_its_failed_try():
+    ok = {"arm": "b8", "task": "gsm8k", "tag": "x", "ok": True}
+    assert audit_summary.latest([dict(ok, ok=False), ok]) == {("b8", "gsm8k", "x"): ok}
 
 
 def test_audit_warns_when_asd_is_not_applied():
-    rows = [{"task": "gsm8k", "budget": 8.0, "errors": 0, "first_errors": [], "verify_ct_mean": None,
+    rows = [{"task": "gsm8k", "arm": "b8", "budget": 8.0, "errors": 0, "first_errors": [], "verify_ct_mean": None,
              "applied_share": 0.0, "not_applied_reasons": {"no_speculative_decoding": 3}}]
-    w = audit.warnings_for(rows)
+    w = audit_summary.warnings_for(rows)
     assert any("not running speculative decoding" in x for x in w)
     assert any("applied to 0% of requests (reasons: no_speculative_decoding)" in x for x in w)
+
+
+def test_noise_floor_label_is_reserved(tmp_path):
+    with pytest.raises(SystemExit, match="reserved for --noise-floor"):
+        audit.main(["--url", "http://127.0.0.1:9", "--arms", "strict-rerun:asd_budget=1", "--out", str(tmp_path)])
+    assert audit.NOISE_ARM == Arm("strict-rerun", {"asd_budget": 0.0})

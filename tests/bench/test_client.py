@@ -23,6 +23,18 @@ def test_openai_payloads_put_asd_fields_top_level():
     assert path == "/v1/completions" and body["prompt"] == "hi" and "asd_budget" not in body
 
 
+def test_arm_fields_go_where_the_budget_goes():
+    fields = {"asd_budget": 8, "asd_gate": 0.5, "asd_rule": "margin"}
+    _, body = build_payload(GenRequest(text="hi", max_new_tokens=4, fields=fields))
+    assert {k: body["sampling_params"][k] for k in fields} == fields
+    _, body = build_payload(GenRequest(text="hi", max_new_tokens=4, fields=fields, api="chat"))
+    assert {k: body[k] for k in fields} == fields
+    with pytest.raises(ValueError, match="only hold asd_\\* request fields, got 'temperature'"):
+        GenRequest(text="x", max_new_tokens=1, fields={"temperature": 1.0})
+    with pytest.raises(ValueError, match="budget 2.0 and fields asd_budget 8 disagree"):
+        GenRequest(text="x", max_new_tokens=1, budget=2.0, fields={"asd_budget": 8})
+
+
 def test_request_validation():
     with pytest.raises(ValueError, match="api must be one of"):
         GenRequest(text="x", max_new_tokens=1, api="grpc")

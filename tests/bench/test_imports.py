@@ -4,7 +4,9 @@ import subprocess
 import sys
 
 MODULES = ["sglang_asd.bench.speed", "sglang_asd.bench.audit", "sglang_asd.bench.load_summary",
-           "sglang_asd.bench.scoring", "sglang_asd.bench.build_data"]
+           "sglang_asd.bench.scoring", "sglang_asd.bench.build_data", "sglang_asd.bench.arms",
+           "sglang_asd.bench.runlog", "sglang_asd.bench.speed_summary", "sglang_asd.bench.audit_summary",
+           "sglang_asd.bench.audit_report"]
 
 
 def test_bench_imports_without_sglang_or_torch():

@@ -7,18 +7,26 @@ from sglang_asd.bench import report
 AUDIT = {
     "title": "synthetic",
     "results": [
-        {"task": "gsm8k", "budget": 0.0, "accuracy": 0.80, "accept_length_mean": 3.0, "accept_length": 3.0},
-        {"task": "gsm8k", "budget": 8.0, "accuracy": 0.79, "accept_length_mean": 3.4, "accept_length": 3.4},
-        {"task": "mmlu", "budget": 0.0, "accuracy": 0.60, "accept_length_mean": 2.0, "accept_length": 2.0},
-        {"task": "mmlu", "budget": 8.0, "accuracy": 0.61, "accept_length_mean": 2.2, "accept_length": 2.2},
-        {"task": "mtbench", "budget": 0.0, "accuracy": None, "accept_length_mean": 2.5, "accept_length": 2.5},
+        {"task": "gsm8k", "arm": "b8", "acc_delta": -0.01, "scored_pairs": 100, "accept_length": 3.4},
+        {"task": "mmlu", "arm": "b8", "acc_delta": 0.01, "scored_pairs": 100, "accept_length": 2.2},
+        {"task": "mtbench", "arm": "b8", "acc_delta": None, "scored_pairs": 0, "accept_length": 2.5},
     ],
-    "by_budget": [
-        {"budget": 0.0, "accuracy_mean": 0.70, "divergence_share": 0.0, "accept_length_mean": 2.5},
-        {"budget": 8.0, "accuracy_mean": 0.70, "divergence_share": 0.6, "accept_length_mean": 2.8},
+    "by_arm": [
+        {"arm": "strict", "acc_delta": 0.0, "acc_delta_ci": [0.0, 0.0], "scored_pairs": 200, "pairs": 280,
+         "divergence_share": 0.0, "accept_length": 2.5},
+        {"arm": "b8", "acc_delta": 0.0, "acc_delta_ci": [-0.03, 0.03], "scored_pairs": 200, "pairs": 280,
+         "divergence_share": 0.6, "accept_length": 2.8},
+        {"arm": "strict-rerun", "acc_delta": 0.0, "acc_delta_ci": [0.0, 0.0], "scored_pairs": 200, "pairs": 280,
+         "divergence_share": 0.0, "accept_length": 2.5},
     ],
 }
-SPEED = {"budgets": [{"budget": 8.0, "speedup_median": 1.07}]}
+SPEED = {"arms": [
+    {"arm": "strict", "speedup_median": 1.0},
+    {"arm": "b8", "repeats_n": 3, "speedup_median": 1.07, "speedup_ci": [1.01, 1.1], "prompts_n": 16,
+     "prompt_speedup": 1.06, "prompt_speedup_ci": [1.03, 1.09]},
+    {"arm": "b32", "repeats_n": 5, "speedup_median": 1.1, "speedup_ci": [1.05, 1.2], "prompts_n": 16,
+     "prompt_speedup": 1.12, "prompt_speedup_ci": [1.08, 1.15]},
+]}
 
 
 def _png_ok(path):
@@ -26,20 +34,36 @@ def _png_ok(path):
     return len(data) > 1000 and data[:8] == b"\x89PNG\r\n\x1a\n"
 
 
+def test_speedups_by_arm_uses_prompts_when_repeats_are_few():
+    got = report.speedups_by_arm(SPEED)
+    assert got["strict"]["value"] == 1.0
+    assert got["b8"] == {"value": 1.06, "ci": [1.03, 1.09], "n": 16, "basis": "prompts"}
+    assert got["b32"] == {"value": 1.1, "ci": [1.05, 1.2], "n": 5, "basis": "repeats"}
+    old = report.speedups_by_arm({"budgets": [{"budget": 8.0, "speedup_median": 1.05}]})  # version 1 files
+    assert old["b8"]["value"] == 1.05 and old["b8"]["ci"] is None
+    assert report.speedups_by_arm(None) == {}
+
+
 def test_plot_with_accept_length_axis(tmp_path):
-    out = report.plot_frontier(AUDIT, tmp_path / "frontier.png")
-    assert _png_ok(out)
+    assert _png_ok(report.plot_frontier(AUDIT, tmp_path / "frontier.png"))
 
 
 def test_plot_with_speed_axis(tmp_path):
-    assert report.speedups_by_budget(SPEED) == {0.0: 1.0, 8.0: 1.07}
     assert _png_ok(report.plot_frontier(AUDIT, tmp_path / "f.png", speed=SPEED))
 
 
 def test_plot_with_nothing_scored_or_measured(tmp_path):
-    only_chat = {"results": [], "by_budget": [{"budget": 0.0, "accuracy_mean": None, "divergence_share": 0.0,
-                                                "accept_length_mean": None}]}
+    only_chat = {"results": [], "by_arm": [{"arm": "strict", "acc_delta": None, "divergence_share": 0.0,
+                                            "accept_length": None, "pairs": 0}]}
     assert _png_ok(report.plot_frontier(only_chat, tmp_path / "empty.png"))
+
+
+def test_fmt_ci():
+    assert report.fmt_ci(1.0456, [0.98, 1.1]) == "1.046 [0.980, 1.100]"
+    assert report.fmt_ci(-1.5, [-3.0, 0.25], digits=1, signed=True) == "-1.5 [-3.0, +0.2]"
+    assert report.fmt_ci(2.0, None) == "2.000"
+    assert report.fmt_ci(None, [1, 2]) == "n/a"
+    assert report.fmt_ci(float("nan"), None) == "n/a"
 
 
 def test_markdown_never_invents_numbers():

@@ -41,3 +41,42 @@ def test_failed_start_reports_the_log(tmp_path):
     with pytest.raises(RuntimeError, match="(?s)exited with status 3.*model not found"):
         with LaunchedServer("", tmp_path / "server.log", timeout=30, python=shim):
             pass
+
+
+def test_plain_launch_args_drop_every_speculative_flag():
+    from sglang_asd.bench.server import plain_launch_args
+
+    launch = ("--model-path fixture:qwen --speculative-algorithm STANDALONE --speculative-draft-model-path "
+              "fixture:draft --speculative-num-steps=4 --speculative-eagle-topk 1 --asd-max-budget 64 "
+              "--asd-standalone-draft-fix --dtype bfloat16")
+    assert plain_launch_args(launch) == ("--model-path fixture:qwen --asd-max-budget 64 --asd-standalone-draft-fix "
+                                         "--dtype bfloat16")
+    with pytest.raises(ValueError, match="needs --launch with --model-path"):
+        plain_launch_args("--asd-max-budget 32")
+
+
+def test_speed_launches_both_servers_and_stops_them(tmp_path, monkeypatch):
+    """--launch + bare --plain-launch: two children (the fake server behind a shim), one plain."""
+    import json
+
+    from sglang_asd.bench import server, speed
+
+    shim = _shim(tmp_path, f'exec {sys.executable} {FAKE} "$@"')
+    started = []
+
+    class ShimServer(LaunchedServer):
+        def __init__(self, args, log_path, timeout=900.0):
+            super().__init__(args, log_path, timeout, python=shim)
+            started.append(self)
+
+    monkeypatch.setattr(server, "LaunchedServer", ShimServer)
+    out = tmp_path / "out"
+    rc = speed.main(["--launch", "--model-path m --speculative-algorithm FAKE", "--plain-launch", "--budgets", "0,8",
+                     "--num-prompts", "2", "--max-new-tokens", "6", "--concurrency", "2", "--repeats", "1",
+                     "--out", str(out)])
+    assert rc == 0 and len(started) == 2 and all(s.proc is None for s in started)
+    result = json.loads((out / "speed.json").read_text())
+    assert result["config"]["plain_launch"] == "--model-path m"
+    assert result["plain_server"]["speculative_algorithm"] is None
+    assert [r["arm"] for r in result["arms"]] == ["plain", "strict", "b8"]
+    assert "--model-path m --port" in (out / "plain_server.log").read_text()

@@ -1,58 +1,151 @@
-"""Speed benchmark: pass order, ratio/drift arithmetic, and a short run against the fake server."""
+"""Speed benchmark: pass order, ratio/drift/interval arithmetic, and runs against the fake server
+(arms, the plain server, a run stopped and resumed)."""
 
 import json
 
 import pytest
 
-from sglang_asd.bench import speed
+from fake_server import FakeServer
+from sglang_asd.bench import speed, speed_summary
+from sglang_asd.bench.arms import PLAIN_ARM, Arm, resolve_arms
+
+ARMS = resolve_arms("0,8,32", None, "0")
 
 
 def test_schedule_brackets_every_candidate_with_strict():
-    assert speed.schedule([0.0, 2.0, 8.0]) == [0.0, 2.0, 0.0, 8.0, 0.0]
-    assert speed.schedule([8.0]) == [0.0, 8.0, 0.0]
-    assert speed.schedule([0.0]) == [0.0]
+    assert speed_summary.schedule(ARMS) == ["strict", "b8", "strict", "b32", "strict"]
+    assert speed_summary.schedule([ARMS[0], PLAIN_ARM, ARMS[1]]) == ["strict", "plain", "strict", "b8", "strict"]
+    assert speed_summary.schedule(ARMS[:1]) == ["strict"]
 
 
-def _pass(budget, repeat, tok_s, accept=None):
-    return {"budget": budget, "repeat": repeat, "tok_s": tok_s, "accept_length": accept, "verify_ct_mean": None,
-            "spent_mean": None, "exceptions_mean": None, "applied_share": 1.0 if budget else None, "errors": 0,
-            "fixed_work_ok": True, "not_applied_reasons": {}, "first_errors": []}
+def _pass(arm, repeat, index, tok_s, accept=None, rates=None):
+    reqs = [{"tag": t, "ok": True, "completion_tokens": 100, "latency_s": 100 / r} for t, r in (rates or {}).items()]
+    return {"kind": "pass", "arm": arm, "repeat": repeat, "index": index, "tok_s": tok_s, "accept_length": accept,
+            "verify_ct_mean": None, "spent_mean": None, "exceptions_mean": None, "server": "speculative",
+            "applied_share": 1.0 if arm != "strict" else None, "errors": 0, "fixed_work_ok": True,
+            "not_applied_reasons": {}, "first_errors": [], "requests": reqs}
 
 
-def test_summarize_ratio_uses_mean_of_both_baselines_and_median_over_repeats():
+def _repeat(repeat, values):
+    return [_pass(a, repeat, i, t, accept=3.0 if a == "strict" else 3.5) for i, (a, t) in enumerate(values)]
+
+
+def test_ratio_uses_mean_of_both_baselines_and_median_over_repeats():
+    passes = _repeat(0, [("strict", 100), ("b8", 110), ("strict", 100), ("b32", 130), ("strict", 90)])
+    passes += _repeat(1, [("strict", 100), ("b8", 120), ("strict", 100), ("b32", 100), ("strict", 110)])
+    rows = {r["arm"]: r for r in speed_summary.summarize(passes, ARMS)}
+    assert rows["b8"]["speedup_median"] == pytest.approx((1.1 + 1.2) / 2)
+    assert rows["b8"]["speedup_ci"] == (pytest.approx(1.1), pytest.approx(1.2))  # two repeats: [min, max]
+    assert rows["b8"]["drift_median"] == pytest.approx(0.0) and rows["b8"]["repeats_n"] == 2
+    assert rows["b32"]["ratios"] == [pytest.approx(130 / 95), pytest.approx(100 / 105)]
+    assert rows["b32"]["drift_median"] == pytest.approx((10 / 95 + 10 / 105) / 2)
+    assert rows["b8"]["accept_length"] == 3.5 and rows["b8"]["strict_accept_length"] == 3.0
+    assert rows["strict"]["speedup_median"] == 1.0 and rows["strict"]["tok_s_median"] == 100
+
+
+def test_incomplete_trio_does_not_count():
+    passes = _repeat(0, [("strict", 100), ("b8", 110), ("strict", 100), ("b32", 130)])  # b32 has no "after"
+    rows = {r["arm"]: r for r in speed_summary.summarize(passes, ARMS)}
+    assert rows["b8"]["repeats_n"] == 1 and rows["b32"]["repeats_n"] == 0
+    assert rows["b32"]["speedup_median"] is None and rows["b32"]["speedup_ci"] is None
+
+
+def test_per_prompt_ratios_geometric_means():
+    arms = resolve_arms("0,8", None, "0")
     passes = []
-    # repeat 0: strict 100, B=8 110, strict 100, B=32 130, strict 90
-    for b, t in [(0, 100), (8, 110), (0, 100), (32, 130), (0, 90)]:
-        passes.append(_pass(float(b), 0, t, accept=3.0 if b == 0 else 3.5))
-    # repeat 1: strict 100, B=8 120, strict 100, B=32 100, strict 110
-    for b, t in [(0, 100), (8, 120), (0, 100), (32, 100), (0, 110)]:
-        passes.append(_pass(float(b), 1, t, accept=3.0 if b == 0 else 3.5))
-    rows = {r["budget"]: r for r in speed.summarize(passes, [0.0, 8.0, 32.0])}
-    assert rows[8.0]["speedup_median"] == pytest.approx((1.1 + 1.2) / 2)
-    assert rows[8.0]["drift_median"] == pytest.approx(0.0)
-    r32 = [t["ratio"] for t in rows[32.0]["repeats"]]
-    assert r32 == [pytest.approx(130 / 95), pytest.approx(100 / 105)]
-    assert rows[32.0]["drift_median"] == pytest.approx((10 / 95 + 10 / 105) / 2)
-    assert rows[8.0]["accept_length"] == 3.5 and rows[8.0]["baseline_accept_length"] == 3.0
+    for rep, cand in ((0, {"p1": 12.0, "p2": 10.0}), (1, {"p1": 13.0, "p2": 9.0})):
+        passes += [_pass("strict", rep, 0, 10, rates={"p1": 10.0, "p2": 10.0}),
+                   _pass("b8", rep, 1, 11, rates=cand),
+                   _pass("strict", rep, 2, 10, rates={"p1": 10.0, "p2": 10.0})]
+    (row,) = [r for r in speed_summary.summarize(passes, arms) if r["arm"] == "b8"]
+    assert row["prompt_ratios"]["p1"] == pytest.approx((1.2 * 1.3) ** 0.5)
+    assert row["prompt_ratios"]["p2"] == pytest.approx((1.0 * 0.9) ** 0.5)
+    assert row["prompt_speedup"] == pytest.approx((1.2 * 1.3 * 1.0 * 0.9) ** 0.25)
+    lo, hi = row["prompt_speedup_ci"]
+    assert lo == pytest.approx((0.9) ** 0.5) and hi == pytest.approx((1.2 * 1.3) ** 0.5)  # two prompts: [min, max]
+    assert row["prompts_n"] == 2
 
 
 def test_speed_run_against_fake_server(fake_server_url, tmp_path):
-    rc = speed.main(["--url", fake_server_url, "--budgets", "0,8", "--dataset", "gsm8k,mtbench",
-                     "--num-prompts", "4", "--max-new-tokens", "24", "--concurrency", "2", "--repeats", "1",
-                     "--out", str(tmp_path)])
+    rc = speed.main(["--url", fake_server_url, "--budgets", "0,8", "--arms", "b8g05:asd_budget=8,asd_gate=0.5",
+                     "--dataset", "gsm8k,mtbench", "--num-prompts", "4", "--max-new-tokens", "24",
+                     "--concurrency", "2", "--repeats", "1", "--out", str(tmp_path)])
     assert rc == 0
     result = json.loads((tmp_path / "speed.json").read_text())
-    assert [p["budget"] for p in result["passes"]] == [0.0, 8.0, 0.0]
+    assert [p["arm"] for p in result["passes"]] == ["strict", "b8", "strict", "b8g05", "strict"]
+    assert result["passes"][3]["fields"] == {"asd_budget": 8, "asd_gate": 0.5}
     assert all(p["fixed_work_ok"] and p["output_tokens"] == 4 * 24 for p in result["passes"])
-    (row,) = result["budgets"]
-    assert row["budget"] == 8.0
-    assert row["speedup_median"] > 1.0          # the fake server's budget accepts 3 per round, strict 2
-    assert row["accept_length"] == pytest.approx(3.0) and row["baseline_accept_length"] == pytest.approx(2.0)
-    assert row["verify_ct_mean"] == 8 and row["baseline_verify_ct_mean"] == 12
-    assert row["applied_share"] == 1.0 and row["spent_mean"] > 0
+    assert result["complete"] == {"passes": 5, "planned": 5}
+    rows = {r["arm"]: r for r in result["arms"]}
+    assert list(rows) == ["strict", "b8", "b8g05"]
+    b8 = rows["b8"]
+    assert b8["speedup_median"] > 1.0          # the fake server's budget accepts 3 per round, strict 2
+    assert b8["accept_length"] == pytest.approx(3.0) and b8["strict_accept_length"] == pytest.approx(2.0)
+    assert b8["verify_ct_mean"] == 8 and b8["strict_verify_ct_mean"] == 12
+    assert b8["applied_share"] == 1.0 and b8["spent_mean"] > 0 and b8["prompts_n"] == 4
     assert result["server"]["speculative_algorithm"] == "FAKE"
-    assert (tmp_path / "speed.md").read_text().startswith("# ASD speed at fixed work")
-    assert (tmp_path / "speed.csv").read_text().splitlines()[0].startswith("budget,speedup_median")
+    md = (tmp_path / "speed.md").read_text()
+    assert md.startswith("# ASD speed at fixed work") and "complete: 5 of 5 passes" in md
+    assert (tmp_path / "speed.csv").read_text().splitlines()[0].startswith("arm,budget,fields,repeats_n")
+
+
+def test_plain_server_is_its_own_arm(fake_server_url, tmp_path):
+    with FakeServer(plain=True) as plain_url:
+        rc = speed.main(["--url", fake_server_url, "--plain-url", plain_url, "--budgets", "0,8", "--num-prompts", "3",
+                         "--max-new-tokens", "12", "--concurrency", "3", "--repeats", "1", "--out", str(tmp_path)])
+    assert rc == 0
+    result = json.loads((tmp_path / "speed.json").read_text())
+    assert [(p["arm"], p["server"]) for p in result["passes"]] == [
+        ("strict", "speculative"), ("plain", "plain"), ("strict", "speculative"), ("b8", "speculative"),
+        ("strict", "speculative")]
+    rows = {r["arm"]: r for r in result["arms"]}
+    assert list(rows) == ["plain", "strict", "b8"]
+    assert rows["plain"]["accept_length"] is None and rows["plain"]["verify_ct_mean"] is None
+    assert rows["plain"]["speedup_median"] < 1.0      # one token per round against strict's two
+    assert rows["plain"]["vs_plain"] == 1.0 and rows["b8"]["vs_plain"] > rows["strict"]["vs_plain"] > 1.0
+    assert result["passes"][1]["requests"][0]["completion_tokens"] == 12
+    assert not any("plain server reports" in w for w in result["warnings"])
+
+
+def test_stopped_run_resumes_to_the_same_result(fake_server_url, tmp_path, monkeypatch):
+    args = ["--url", fake_server_url, "--budgets", "0,8,32", "--num-prompts", "3", "--max-new-tokens", "8",
+            "--concurrency", "3", "--repeats", "2"]
+    whole = tmp_path / "whole"
+    assert speed.main(args + ["--out", str(whole)]) == 0
+
+    stopped = tmp_path / "stopped"
+    real_append = speed.RunLog.append
+
+    def dying_append(self, record):
+        if record.get("kind") == "pass" and len([r for r in self.records if r.get("kind") == "pass"]) == 4:
+            with self.path.open("a") as f:
+                f.write('{"kind": "pass", "repeat": 0, "ind')   # killed mid-write
+            raise KeyboardInterrupt
+        real_append(self, record)
+
+    monkeypatch.setattr(speed.RunLog, "append", dying_append)
+    with pytest.raises(KeyboardInterrupt):
+        speed.main(args + ["--out", str(stopped)])
+    monkeypatch.setattr(speed.RunLog, "append", real_append)
+    assert speed.main(["--report-only", "--out", str(stopped)]) == 0
+    partial = json.loads((stopped / "speed.json").read_text())
+    assert partial["complete"] == {"passes": 4, "planned": 10}
+    assert "PARTIAL: 4 of 10 passes" in (stopped / "speed.md").read_text()
+
+    with pytest.raises(SystemExit, match="already holds a run; pass --resume"):
+        speed.main(args + ["--out", str(stopped)])
+    with pytest.raises(SystemExit, match="max_new_tokens: stored 8, now 9"):
+        speed.main(args[:-5] + ["9", "--concurrency", "3", "--repeats", "2", "--resume", "--out", str(stopped)])
+    assert speed.main(args + ["--resume", "--out", str(stopped)]) == 0
+
+    a, b = (json.loads((d / "speed.json").read_text()) for d in (whole, stopped))
+    def key(p):
+        return p["repeat"], p["index"], p["arm"], p["output_tokens"], p["verify_ct_mean"], p["spent_mean"]
+
+    assert sorted(map(key, a["passes"])) == sorted(map(key, b["passes"]))
+    assert b["complete"] == {"passes": 10, "planned": 10}
+    assert [r["repeats_n"] for r in b["arms"]] == [r["repeats_n"] for r in a["arms"]] == [2, 2, 2]
+    assert [r["accept_length"] for r in b["arms"]] == [r["accept_length"] for r in a["arms"]]
 
 
 def test_speed_rejects_bad_arguments(tmp_path):
@@ -60,16 +153,30 @@ def test_speed_rejects_bad_arguments(tmp_path):
         speed.main(["--url", "http://127.0.0.1:9", "--budgets", "0,-1", "--out", str(tmp_path)])
     with pytest.raises(SystemExit, match="tasks must be"):
         speed.main(["--url", "http://127.0.0.1:9", "--dataset", "imagenet", "--out", str(tmp_path)])
+    with pytest.raises(SystemExit, match="field names must be asd_"):
+        speed.main(["--url", "http://127.0.0.1:9", "--arms", "t:temperature=1", "--out", str(tmp_path)])
+    with pytest.raises(SystemExit, match="--plain-launch without args needs --launch"):
+        speed.main(["--url", "http://127.0.0.1:9", "--plain-launch", "--out", str(tmp_path)])
+    with pytest.raises(SystemExit, match="no run log at"):
+        speed.main(["--report-only", "--out", str(tmp_path)])
 
 
 def test_speed_warnings():
-    passes = [dict(_pass(0.0, 0, 100), verify_ct_mean=None, fixed_work_ok=False),
-              dict(_pass(8.0, 0, 100), verify_ct_mean=None, applied_share=0.5,
+    passes = [dict(_pass("strict", 0, 0, 100), verify_ct_mean=None, fixed_work_ok=False),
+              dict(_pass("b8", 0, 1, 100), verify_ct_mean=None, applied_share=0.5,
                    not_applied_reasons={"sampling": 2}),
-              dict(_pass(0.0, 0, 80), verify_ct_mean=None)]
-    rows = speed.summarize(passes, [0.0, 8.0])
-    w = " | ".join(speed.warnings_for(passes, rows))
+              dict(_pass("strict", 0, 2, 80), verify_ct_mean=None)]
+    rows = speed_summary.summarize(passes, resolve_arms("0,8", None, "0"))
+    w = " | ".join(speed_summary.warnings_for(passes, rows))
     assert "did not produce exactly" in w
     assert "not running speculative decoding" in w
-    assert "applied to 50% of requests (reasons: sampling)" in w
-    assert "drift 22.2% > 5%" in w
+    assert "b8: ASD applied to 50% of requests (reasons: sampling)" in w
+    assert "b8: median baseline drift 22.2% > 5%" in w
+
+
+def test_arm_row_with_custom_fields_keeps_its_label():
+    arm = Arm("m1", {"asd_rule": "margin", "asd_margin": 1.0})
+    passes = [_pass("strict", 0, 0, 100), _pass("m1", 0, 1, 120), _pass("strict", 0, 2, 100)]
+    row = speed_summary.arm_row(arm, passes)
+    assert row["arm"] == "m1" and row["budget"] is None and row["speedup_median"] == pytest.approx(1.2)
+    assert row["fields"] == "asd_rule=margin, asd_margin=1"
