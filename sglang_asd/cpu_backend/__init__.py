@@ -26,8 +26,11 @@ When it is active
     Only after ``install()`` returned True in the current process. ``install()``
     does nothing when a real ``sgl_kernel`` is importable (it never shadows
     one) or when CUDA/XPU is available, so it is never active on a GPU
-    install. Spawned SGLang processes start clean: ``install()`` must run in
-    each one before SGLang's modules are imported.
+    install. (Test-only exception, separate code: the GPU e2e kit's explicit
+    opt-in ``SGLANG_ASD_KERNEL_STANDIN=cuda-e2e`` installs ``cuda_e2e.py``'s
+    stand-in for SGLang's CUDA path instead; docs/GPU.md.) Spawned SGLang
+    processes start clean: ``install()`` must run in each one before SGLang's
+    modules are imported.
 
 Deliberately absent
     ``convert_weight_packed`` (SGLang reads its presence as "AMX kernels
@@ -89,6 +92,8 @@ def install() -> bool:
     with _LOCK:
         if is_installed():
             return True
+        if _cuda_e2e_install():
+            return False
         if _real_sgl_kernel_present() or _accelerator_available():
             return False
         from . import _registry
@@ -96,3 +101,22 @@ def install() -> bool:
         _registry.register_ops()
         sys.modules.update(_registry.build_modules(_MARKER))
         return True
+
+
+def _cuda_e2e_install() -> bool:
+    """TEST-ONLY opt-in of the GPU e2e kit (``SGLANG_ASD_KERNEL_STANDIN=cuda-e2e``): see ``cuda_e2e.py``.
+
+    Installs that stand-in (an ``sgl_kernel`` for SGLang's CUDA path) and returns True; the CPU
+    stand-in then stays off and ``install()`` returns False, so the rest of sglang_asd behaves as on
+    a real GPU install. Refuses, loudly, without CUDA or beside a real ``sgl_kernel``.
+    """
+    from . import cuda_e2e
+
+    if not cuda_e2e.requested():
+        return False
+    if not torch.cuda.is_available():
+        raise RuntimeError(f"{cuda_e2e.ENV}={cuda_e2e.VALUE} needs a CUDA device (it is the GPU e2e kit's stand-in)")
+    if not cuda_e2e.is_installed() and _real_sgl_kernel_present():
+        raise RuntimeError(f"{cuda_e2e.ENV}={cuda_e2e.VALUE} refused: a real sgl_kernel is installed; unset it")
+    cuda_e2e.install()
+    return True

@@ -1,0 +1,131 @@
+#!/usr/bin/env python3
+"""Import SGLang's CUDA serving path with the kit's ``sgl_kernel`` stand-in; check the JIT-op swaps.
+
+    python scripts/device/cuda_import_check.py --json out.json              # on the GPU (e2e step 0)
+    python scripts/device/cuda_import_check.py --fake-cuda --json out.json  # on a CPU: CI and pre-validation
+
+``--fake-cuda`` makes ``torch.cuda`` report an H200 to the import-time checks (``is_cuda()``, device
+capability), so every ``if _is_cuda:`` import branch runs on a machine without a GPU. Nothing is
+executed on a device. It passes when every module imports, every binding of a replaced JIT op is the
+stand-in's, and ``sgl_kernel`` is the stand-in. The JSON lists the ``sgl_kernel`` names SGLang
+imported that have no stand-in (fine while nothing calls them; a call raises and is logged).
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import os
+import pathlib
+import sys
+import time
+import traceback
+import types
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))
+
+# The modules a scheduler, tokenizer manager and HTTP server import to serve Llama-family targets with
+# EAGLE / EAGLE3 / STANDALONE / NGRAM, the Triton attention backend and CUDA graphs.
+MODULES = [
+    "sglang.srt.entrypoints.http_server",
+    "sglang.srt.managers.scheduler",
+    "sglang.srt.managers.tokenizer_manager",
+    "sglang.srt.managers.detokenizer_manager",
+    "sglang.srt.model_executor.model_runner",
+    "sglang.srt.model_executor.runner.decode_cuda_graph_runner",
+    "sglang.srt.model_executor.runner_backend.full_cuda_graph_backend",
+    "sglang.srt.model_executor.runner_backend_utils.weak_ref_tensor",
+    "sglang.srt.models.llama",
+    "sglang.srt.models.llama_eagle",
+    "sglang.srt.models.llama_eagle3",
+    "sglang.srt.layers.attention.triton_backend",
+    "sglang.srt.layers.sampler",
+    "sglang.srt.layers.logits_processor",
+    "sglang.srt.speculative.eagle_worker_v2",
+    "sglang.srt.speculative.standalone_worker_v2",
+    "sglang.srt.speculative.ngram_worker",
+    "sglang.srt.speculative.eagle_draft_cuda_graph_runner",
+    "sglang.srt.speculative.eagle_draft_extend_cuda_graph_runner",
+    "sglang.kernels.ops.speculative.reconstruct_tree",
+    "sglang.kernels.ops.speculative.verify_sampling",
+]
+# (module, name) bindings that must be the stand-in's replacement of a JIT op.
+REPLACED = [
+    ("sglang.kernels.ops.speculative.tree", "build_tree_kernel_efficient"),
+    ("sglang.kernels.ops.speculative.tree", "verify_tree_greedy"),
+    ("sglang.kernels.ops.speculative.tree", "reconstruct_indices_from_tree_mask"),
+    ("sglang.kernels.ops.speculative.spec_tree", "sgl_build_tree_kernel_efficient"),
+    ("sglang.kernels.ops.speculative.reconstruct_tree", "reconstruct_indices_from_tree_mask"),
+    ("sglang.kernels.ops.speculative.sampling", "tree_speculative_sampling_target_only"),
+    ("sglang.kernels.ops.speculative.verify_sampling", "tree_speculative_sampling_target_only"),
+    ("sglang.srt.speculative.eagle_utils", "tree_speculative_sampling_target_only"),
+]
+
+
+def fake_cuda() -> None:
+    """Let import-time platform checks see an H200 (imports only; nothing runs on a device)."""
+    import torch
+
+    class _Props:
+        name, major, minor, multi_processor_count = "NVIDIA H200", 9, 0, 132
+        total_memory, L2_cache_size, warp_size = 143 * 2**30, 60 * 2**20, 32
+
+    torch.cuda.is_available = lambda: True
+    torch.version.cuda = torch.version.cuda or "13.0"
+    torch.cuda.device_count = lambda: 1
+    torch.cuda.current_device = lambda: 0
+    torch.cuda.get_device_capability = lambda *a, **k: (9, 0)
+    torch.cuda.get_device_name = lambda *a, **k: _Props.name
+    torch.cuda.get_device_properties = lambda *a, **k: _Props()
+
+
+def check(fake: bool) -> dict:
+    os.environ["SGLANG_ASD_KERNEL_STANDIN"] = "cuda-e2e"
+    if fake:
+        fake_cuda()
+    from sglang_asd import cpu_backend
+    from sglang_asd.cpu_backend import cuda_e2e
+
+    cpu_active = cpu_backend.install()
+    report = {"fake_cuda": fake, "cpu_standin_active": cpu_active, "cuda_standin_active": cuda_e2e.is_installed(),
+              "import_errors": {}, "bindings": {}, "unprovided_imported": []}
+    t0 = time.time()
+    for name in MODULES:
+        try:
+            importlib.import_module(name)
+        except Exception as e:  # keep going: the report lists every failure
+            report["import_errors"][name] = f"{type(e).__name__}: {e}"[:600]
+            traceback.print_exc(limit=4)
+    report["import_seconds"] = round(time.time() - t0, 1)
+    for mod_name, attr in REPLACED:
+        fn = getattr(sys.modules.get(mod_name), attr, None)
+        report["bindings"][f"{mod_name}.{attr}"] = getattr(fn, "__sglang_asd_replaces__", None)
+    seen = set()
+    for mod in list(sys.modules.values()):
+        for value in list(getattr(mod, "__dict__", {}).values()):
+            if isinstance(value, types.FunctionType) and value.__dict__.get("__sglang_asd_missing__"):
+                seen.add(value.__name__)
+    report["unprovided_imported"] = sorted(seen)
+    report["sglang_modules"] = sum(1 for m in sys.modules if m.startswith("sglang."))
+    report["ok"] = (not report["import_errors"] and report["cuda_standin_active"] and not cpu_active
+                    and all(report["bindings"].values()))
+    return report
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--fake-cuda", action="store_true", help="pretend an H200 for import-time checks (CPU only)")
+    ap.add_argument("--json", help="write the report here too")
+    args = ap.parse_args(argv)
+    report = check(args.fake_cuda)
+    text = json.dumps(report, indent=1)
+    if args.json:
+        pathlib.Path(args.json).write_text(text + "\n")
+    print(text)
+    return 0 if report["ok"] else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
