@@ -115,8 +115,14 @@ def cpu_defaults(argv: list[str]) -> list[str]:
     return argv + extra
 
 
-def check_start(argv: list[str]) -> None:
-    """Fail fast, in one line, on the mistakes a user makes most."""
+def check_start(argv: list[str], asd_requested: bool = False) -> None:
+    """Fail fast, in one line, on the mistakes a user makes most, and on modes ASD cannot serve."""
+    if asd_requested:
+        from sglang_asd.sglang_seams.modes import why_unsupported
+
+        why = why_unsupported(_flag_value(argv, "--speculative-algorithm"), _flag_value(argv, "--disaggregation-mode"))
+        if why is not None:
+            raise LaunchError(why + " (README: support matrix)")
     for flag in ("--model-path", "--speculative-draft-model-path"):
         path = _flag_value(argv, flag)
         # Local paths only: "org/name" is a hub id, which SGLang resolves itself.
@@ -130,6 +136,11 @@ def check_start(argv: list[str]) -> None:
             s.bind((host, port))
         except OSError as e:
             raise LaunchError(f"--port {port} on {host} is not free ({e.strerror}); pick another with --port")
+
+
+def asks_for_asd(argv: list[str]) -> bool:
+    """True if the command line (after ``--config`` expansion) sets any ``--asd-*`` flag."""
+    return any(a.startswith(("--asd-", "--asd_")) for a in _merge_config(list(argv)))
 
 
 def build_argv(argv: list[str]) -> tuple[server_settings.ASDServerSettings, list[str]]:
@@ -156,7 +167,7 @@ def main(argv: list[str] | None = None) -> None:
         return
     try:
         settings, sglang_argv = build_argv(argv)
-        check_start(sglang_argv)
+        check_start(sglang_argv, asd_requested=asks_for_asd(argv))
     except LaunchError as e:
         print(f"sglang_asd.launch_server: error: {e.message}", file=sys.stderr)
         raise
@@ -171,7 +182,11 @@ def main(argv: list[str] | None = None) -> None:
     from sglang_asd import sglang_seams
     from sglang_asd.sglang_seams.process import run_scheduler_process
 
-    sglang_seams.install_frontend_hooks(settings)
+    try:
+        sglang_seams.install_frontend_hooks(settings)
+    except sglang_seams.HookNotInstalled as e:
+        print(f"sglang_asd.launch_server: error: {e}", file=sys.stderr)
+        raise SystemExit(2)
     load_plugins()
     server_args = prepare_server_args(sglang_argv)
     logger.info("ASD settings: %s", settings.to_dict())

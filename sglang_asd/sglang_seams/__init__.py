@@ -127,6 +127,7 @@ def install_scheduler_hooks(settings: ASDServerSettings) -> None:
     from sglang_asd.sglang_seams.runtime import set_runtime
 
     set_runtime(settings)
+    eagle_sample.check_signatures(_resolve(eagle_sample.EAGLE_SAMPLE), _resolve(eagle_sample.VERIFY_TREE_GREEDY))
     hooks = scheduler_hooks(settings)
     preload = eagle_sample.EAGLE_SAMPLE_BINDINGS + eagle_sample.VERIFY_TREE_GREEDY_BINDINGS
     bindings = ([(m, "eagle_sample") for m in eagle_sample.EAGLE_SAMPLE_BINDINGS]
@@ -158,4 +159,9 @@ def install_frontend_hooks(settings: ASDServerSettings) -> None:
     hooks = frontend_hooks()
     _register_and_apply(hooks, preload=http_api.PRELOAD)
     check_installed([t for t, _ in hooks])
+    if not http_api.middleware_installed():
+        raise HookNotInstalled(
+            "sglang_asd: the request-field middleware is not installed on SGLang's app, refusing to serve "
+            "(asd_* request fields would be rejected or ignored)"
+        )
     logger.info("sglang_asd: %d frontend hooks installed and verified", len(hooks))

@@ -1,9 +1,11 @@
 """The per-round ASD results, carried from the verify step to the request's host ledger.
 
 Implements SGLang's ``DeviceAuxiliaryOutput`` / ``HostAuxiliaryOutput`` protocol
-(``sglang.srt.managers.auxiliary_output``): SGLang copies these tensors to the host together
-with the batch's tokens (no extra sync) and calls ``consume`` after the tokens are committed to
-each request and before responses are streamed. Rows align with ``batch.reqs``.
+(``sglang.srt.managers.auxiliary_output``) with one dataclass: ``copy_to_host`` returns the same
+type holding host tensors, copied by SGLang together with the batch's tokens (no extra sync), and
+``consume`` runs on that host copy after the tokens are committed to each request and before
+responses are streamed. Rows align with ``batch.reqs``; path position d is draft position d, whose
+token lands at output index ``commit.output_index + d``.
 """
 
 from __future__ import annotations
@@ -14,79 +16,51 @@ from typing import Callable, Optional, Sequence
 import numpy as np
 import torch
 
-from sglang_asd.verify import ASDVerifyOutput
-
 
 @dataclasses.dataclass(frozen=True)
-class ASDDeviceOutput:
+class ASDRoundOutput:
     active: torch.Tensor  # [bs] bool: the row was decided by ASD
-    num_exceptions: torch.Tensor  # [bs] int32
-    num_suffix_tokens: torch.Tensor  # [bs] int32
-    exception_mask: torch.Tensor  # [bs, K] bool
+    exception_mask: torch.Tensor  # [bs, K] bool: draft position d was an exception
+    suffix_mask: torch.Tensor  # [bs, K] bool: an exact token accepted after the round's first exception
     exception_regret: torch.Tensor  # [bs, K] float32
-    draft_token: torch.Tensor  # [bs, K] int64: accepted token at each draft position
+    draft_token: torch.Tensor  # [bs, K] int64: the accepted token at each draft position
     target_token: torch.Tensor  # [bs, K] int64: the target's argmax there
 
-    @classmethod
-    def from_verify(cls, out: ASDVerifyOutput, active: torch.Tensor, accepted_tokens: torch.Tensor) -> "ASDDeviceOutput":
-        return cls(
-            active=active,
-            num_exceptions=out.num_exceptions,
-            num_suffix_tokens=out.num_suffix_tokens,
-            exception_mask=out.exception_mask,
-            exception_regret=out.exception_regret,
-            draft_token=accepted_tokens,
-            target_token=out.target_token,
-        )
-
-    def copy_to_host(self, copy_tensor: Callable[[torch.Tensor], torch.Tensor]) -> "ASDHostOutput":
-        return ASDHostOutput(**{f.name: copy_tensor(getattr(self, f.name)) for f in dataclasses.fields(self)})
-
-
-@dataclasses.dataclass(frozen=True)
-class ASDHostOutput:
-    active: torch.Tensor
-    num_exceptions: torch.Tensor
-    num_suffix_tokens: torch.Tensor
-    exception_mask: torch.Tensor
-    exception_regret: torch.Tensor
-    draft_token: torch.Tensor
-    target_token: torch.Tensor
+    def copy_to_host(self, copy_tensor: Callable[[torch.Tensor], torch.Tensor]) -> "ASDRoundOutput":
+        return ASDRoundOutput(**{f.name: copy_tensor(getattr(self, f.name)) for f in dataclasses.fields(self)})
 
     def consume(self, batch, commits: Sequence[Optional[object]]) -> None:
         """Post each row's exceptions to its request's ledger, at their output positions.
 
         Only tokens that became visible count: a round cut short by a stop token or
-        ``max_new_tokens`` does not charge the receipt for exceptions after the cut.
+        ``max_new_tokens`` charges neither exceptions nor suffix tokens after the cut. A request
+        that finished in an earlier round but was still in this one (the overlap scheduler's
+        one-step lag) gets no commit, so its extra round charges nobody.
         """
-        from sglang_asd.sglang_seams.runtime import get_runtime
-
-        metrics = get_runtime().metrics
         active = self.active.numpy()
         if not active.any():
             return
-        num_exc = self.num_exceptions.numpy()
-        suffix = self.num_suffix_tokens.numpy()
-        mask = self.exception_mask.numpy()
+        from sglang_asd.sglang_seams.runtime import get_runtime
+
+        exception = self.exception_mask.numpy()
+        suffix = self.suffix_mask.numpy()
         regret = self.exception_regret.numpy()
         draft = self.draft_token.numpy()
         target = self.target_token.numpy()
-        spent_total = 0.0
-        exc_total = 0
-        suffix_total = 0
+        spent_total, exceptions_total, suffix_total = 0.0, 0, 0
         for i in np.flatnonzero(active):
             commit = commits[i]
             ledger = getattr(batch.reqs[i], "asd_ledger", None)
             if commit is None or ledger is None:
                 continue
-            visible = len(commit.token_ids)
-            if num_exc[i]:
-                for d in np.flatnonzero(mask[i]):
-                    if d < visible:
-                        ledger.record(commit.output_index + int(d), int(draft[i, d]), int(target[i, d]), float(regret[i, d]))
-                        spent_total += float(regret[i, d])
-                        exc_total += 1
-            ledger.suffix_tokens += int(min(suffix[i], visible))
-            suffix_total += int(min(suffix[i], visible))
+            visible = min(len(commit.token_ids), exception.shape[1])
+            for d in np.flatnonzero(exception[i, :visible]):
+                ledger.record(commit.output_index + int(d), int(draft[i, d]), int(target[i, d]), float(regret[i, d]))
+                spent_total += float(regret[i, d])
+                exceptions_total += 1
+            n_suffix = int(suffix[i, :visible].sum())
+            ledger.suffix_tokens += n_suffix
+            suffix_total += n_suffix
+        metrics = get_runtime().metrics
         if metrics is not None:
-            metrics.observe_round(exceptions=exc_total, regret=spent_total, suffix_tokens=suffix_total)
+            metrics.observe_round(exceptions=exceptions_total, regret=spent_total, suffix_tokens=suffix_total)

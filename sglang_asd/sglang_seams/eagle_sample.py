@@ -3,7 +3,7 @@
 - Hook kind: AROUND on both, each calls the original.
 - Process: scheduler (every TP rank), in the verify step of EAGLE/EAGLE3/NEXTN (EAGLEWorkerV2,
   MultiLayerEagleWorkerV2), STANDALONE (StandaloneWorkerV2) and NGRAM (NGRAMWorker).
-- Why: ASD replaces strict greedy acceptance with the budgeted rule (docs/ASD_SPEC via
+- Why: ASD replaces strict greedy acceptance with the budgeted rule (docs/ASD_SPEC.md via
   ``sglang_asd.verify``) for the rows of requests that carry a budget, and leaves every other row
   exactly as SGLang computed it.
 - How: ``eagle_sample`` is wrapped to publish the step (final logits, tree, ledger rows) in a
@@ -13,22 +13,34 @@
   ``asd_verify`` reuses ``target_predict`` (no second pass over the vocabulary: regrets are two
   gathers) and the ASD rows are merged in with ``torch.where``. On SGLang's sampling branch (a
   GPU batch mixing sampled and greedy rows) the argmax is computed here for the ASD rows' sake.
-  The ledger rows are charged on the device and the per-row results are attached to the logits
-  output as a ``DeviceAuxiliaryOutput``, which SGLang copies to the host with the batch results
-  and hands back after committing tokens (``sglang_seams/aux_output.py``). No host sync.
+  The per-row results are attached to the logits output as a ``DeviceAuxiliaryOutput``, which
+  SGLang copies to the host with the batch results and hands back after committing tokens
+  (``aux_output.py``). No host sync, no Python loop over requests.
+- Ordering (overlap scheduler, CUDA graphs): ``eagle_sample`` runs eagerly after the target's
+  verify forward (graph replay or not), on the stream that runs the forward. The ledger rows are
+  read and charged there (``ledger_table.py``: admissions and releases are staged on the host and
+  applied by this step first, so every write to the table is in this stream's order). The host
+  ledger trails the device by one round under overlap; receipts come from the per-round results
+  of rounds whose tokens were committed, so a request finished in round N is not charged for the
+  round N+1 it was still part of.
+- Depth 0 (``--speculative-adaptive`` at large batch sizes verifies the root alone): no draft
+  token, nothing to decide; SGLang's result is returned as is.
 - Every binding: ``eagle_sample`` is imported by name into ``eagle_worker_common`` and
   ``ngram_worker``; SGLang's HookRegistry rebinds stale ``from X import Y`` names in loaded modules,
-  and ``check_installed`` verifies each binding at start-up.
+  and ``check_installed`` verifies each binding at start-up. SGLang's arguments are bound by
+  signature, and ``check_signatures`` stops the start if a parameter we read was renamed.
 - Upstream: none yet. A verify-acceptance policy hook in ``eagle_sample`` would replace both
-  wrappers; proposed in patches/.
+  wrappers; proposed in patches/ (0001).
 - Removal: when SGLang exposes an acceptance-policy extension point.
-- Tested on: sglang 0.5.23.
+- Tested on: sglang 0.5.23 (CPU; the overlap scheduler through a test-only CPU hook).
 """
 
 from __future__ import annotations
 
 import contextvars
 import dataclasses
+import functools
+import inspect
 from typing import Optional
 
 import torch
@@ -36,7 +48,7 @@ import torch
 from sglang.srt.managers.auxiliary_output import append_auxiliary_output
 from sglang.srt.speculative import eagle_utils
 
-from sglang_asd.sglang_seams.aux_output import ASDDeviceOutput
+from sglang_asd.sglang_seams.aux_output import ASDRoundOutput
 from sglang_asd.verify import ASDVerifyOutput, asd_verify
 
 EAGLE_SAMPLE = "sglang.srt.speculative.eagle_utils.eagle_sample"
@@ -51,6 +63,36 @@ VERIFY_TREE_GREEDY_BINDINGS = (
     "sglang.kernels.ops.speculative.spec_tree",
     "sglang.srt.speculative.eagle_utils",
 )
+# The parameters of SGLang's functions that the hooks read or write, by name.
+EAGLE_SAMPLE_PARAMS = ("verify_input", "batch", "logits_output")
+VERIFY_TREE_GREEDY_PARAMS = ("predicts", "accept_index", "accept_token_num", "candidates", "retrieve_next_token",
+                             "retrieve_next_sibling", "target_predict")
+
+
+class SeamSignatureMismatch(RuntimeError):
+    pass
+
+
+@functools.lru_cache(maxsize=8)
+def _signature(fn) -> inspect.Signature:
+    return inspect.signature(fn)
+
+
+def check_signatures(eagle_sample_fn, verify_tree_greedy_fn) -> None:
+    """Raise unless SGLang's functions still take every parameter the hooks bind by name."""
+    for fn, names in ((eagle_sample_fn, EAGLE_SAMPLE_PARAMS), (verify_tree_greedy_fn, VERIFY_TREE_GREEDY_PARAMS)):
+        params = _signature(fn).parameters
+        missing = [n for n in names if n not in params]
+        if missing:
+            raise SeamSignatureMismatch(
+                f"sglang_asd: {fn.__module__}.{fn.__qualname__} no longer takes {missing} "
+                f"(signature {_signature(fn)}); this sglang_asd does not support this SGLang version"
+            )
+
+
+def _bind(fn, args, kwargs) -> dict:
+    bound = _signature(fn).bind(*args, **kwargs)
+    return bound.arguments
 
 
 @dataclasses.dataclass
@@ -117,45 +159,36 @@ def verify_tree_greedy_around(original, *args, **kwargs):
     predicts, accept_index, accept_token_num = original(*args, **kwargs)
     if step is None or step.out is not None:
         return predicts, accept_index, accept_token_num
-    bound = _bind_verify_args(args, kwargs)
-    out = _run_asd(step, bound["candidates"], bound["retrieve_next_token"], bound["retrieve_next_sibling"],
-                   bound["target_predict"])
-    W = bound["candidates"].shape[1]
+    a = _bind(original, args, kwargs)
+    out = _run_asd(step, a["candidates"], a["retrieve_next_token"], a["retrieve_next_sibling"], a["target_predict"])
+    W = a["candidates"].shape[1]
     _merge(step.active, out, predicts, accept_index, accept_token_num, W)
     step.out = out
     return predicts, accept_index, accept_token_num
 
 
-_VERIFY_ARG_NAMES = ("predicts", "accept_index", "accept_token_num", "candidates", "retrieve_index",
-                     "retrieve_next_token", "retrieve_next_sibling", "target_predict", "topk")
-
-
-def _bind_verify_args(args, kwargs) -> dict:
-    bound = dict(zip(_VERIFY_ARG_NAMES, args))
-    bound.update(kwargs)
-    return bound
-
-
-def eagle_sample_around(original, verify_input, batch, logits_output, *args, **kwargs):
-    pool = batch.req_to_token_pool
-    table = getattr(pool, "_asd_table", None)
-    if table is None or table.num_active == 0 or batch.forward_mode.is_idle():
-        return original(verify_input, batch, logits_output, *args, **kwargs)
+def eagle_sample_around(original, *args, **kwargs):
+    a = _bind(original, args, kwargs)
+    verify_input, batch, logits_output = a["verify_input"], a["batch"], a["logits_output"]
+    table = getattr(batch.req_to_token_pool, "_asd_table", None)
+    K = verify_input.max_tree_depth - 1
+    if table is None or table.num_active == 0 or K == 0 or batch.forward_mode.is_idle():
+        return original(*args, **kwargs)
 
     rows = batch.req_pool_indices  # [bs] device
-    remaining, gate, cap = table.remaining[rows], table.gate[rows], table.cap[rows]
+    remaining, gate, cap, stop_tokens = table.begin_verify(rows)
     step = _VerifyStep(
         logits=logits_output.next_token_logits,
         remaining=remaining,
         gate=gate,
         cap=cap,
-        stop_tokens=table.stop_tokens[rows],
-        depth=verify_input.max_tree_depth - 1,
+        stop_tokens=stop_tokens,
+        depth=K,
         active=(remaining > 0) & (gate > 0) & (cap > 0),
     )
     token = _STEP.set(step)
     try:
-        predict, accept_lens, accept_index = original(verify_input, batch, logits_output, *args, **kwargs)
+        predict, accept_lens, accept_index = original(*args, **kwargs)
     finally:
         _STEP.reset(token)
 
@@ -171,16 +204,24 @@ def eagle_sample_around(original, verify_input, batch, logits_output, *args, **k
 
     out, active = step.out, step.active
     # Charge the device ledger (strict rows spend 0; padding rows map to the all-zero slot 0).
-    table.remaining.index_put_((rows,), step.remaining - torch.where(active, out.spent, torch.zeros_like(out.spent)))
-    accepted_tokens = candidates.gather(1, _path_nodes(out.accept_index, bs, W))  # [bs, K] tokens on the path
+    table.charge(rows, step.remaining - torch.where(active, out.spent, torch.zeros_like(out.spent)))
     logits_output.auxiliary_device_output = append_auxiliary_output(
-        logits_output.auxiliary_device_output,
-        ASDDeviceOutput.from_verify(out, active, accepted_tokens),
-    )
+        logits_output.auxiliary_device_output, _round_output(out, active, candidates, K))
     return predict, accept_lens, accept_index
 
 
-def _path_nodes(accept_index: torch.Tensor, bs: int, W: int) -> torch.Tensor:
-    """Local node ids of path positions 1..K (draft positions 0..K-1); -1 padding -> node 0."""
-    nodes = accept_index[:, 1:].to(torch.int64) - torch.arange(bs, device=accept_index.device)[:, None] * W
-    return nodes.clamp(min=0)  # [bs, K]
+def _round_output(out: ASDVerifyOutput, active: torch.Tensor, candidates: torch.Tensor, K: int) -> ASDRoundOutput:
+    """What the host ledger needs of one round, per draft position d = 0..K-1 of the accepted path."""
+    bs, W = candidates.shape
+    # Local node id of each path position 1..K (draft positions 0..K-1); -1 padding -> node 0.
+    path = out.accept_index[:, 1:].to(torch.int64) - torch.arange(bs, device=candidates.device)[:, None] * W
+    accepted = torch.arange(K, device=candidates.device) < out.num_correct_drafts[:, None]  # [bs, K]
+    after_first_exception = out.exception_mask.cumsum(dim=1) > 0
+    return ASDRoundOutput(
+        active=active,
+        exception_mask=out.exception_mask,
+        suffix_mask=accepted & ~out.exception_mask & after_first_exception,
+        exception_regret=out.exception_regret,
+        draft_token=candidates.gather(1, path.clamp(min=0)),
+        target_token=out.target_token,
+    )

@@ -13,7 +13,10 @@ SGLang's error shape for that route; nothing reaches the engine.
 Receipts: ``TokenizerManager.update_request_meta_info`` (AROUND) sets ``meta_info["asd"]`` to the
 request's latest receipt (SGLang would accumulate it as a list); the OpenAI response builders
 (AROUND) add ``choices[i].asd`` and a top-level ``asd`` (choice 0); the OpenAI stream generators
-(AROUND) add ``asd`` to the chunk that carries a choice's ``finish_reason``.
+(AROUND) add ``asd`` to the chunk that carries a choice's ``finish_reason``, taking it from the
+outputs their own ``TokenizerManager.generate_request`` call yields (AROUND; it collects only for
+a stream registered in ``_OPENAI_STREAMS``, for as long as that stream runs). Nothing is kept per
+request in this process after its response is built.
 
 Upstream: none. Per-request extension fields on the OpenAI request models and a response-side
 extension dict would remove the middleware and the response hooks; proposed in patches/.
@@ -23,7 +26,6 @@ Tested on: sglang 0.5.23.
 
 from __future__ import annotations
 
-import collections
 import json
 from typing import Any, Optional
 
@@ -36,6 +38,7 @@ GENERATE_ROUTES = ("/generate",)
 OPENAI_ROUTES = ("/v1/completions", "/v1/chat/completions")
 
 UPDATE_META = "sglang.srt.managers.tokenizer_manager.TokenizerManager.update_request_meta_info"
+GENERATE_REQUEST = "sglang.srt.managers.tokenizer_manager.TokenizerManager.generate_request"
 BUILD_COMPLETION = "sglang.srt.entrypoints.openai.serving_completions.OpenAIServingCompletion._build_completion_response"
 BUILD_CHAT = "sglang.srt.entrypoints.openai.serving_chat.OpenAIServingChat._build_chat_response"
 STREAM_COMPLETION = "sglang.srt.entrypoints.openai.serving_completions.OpenAIServingCompletion._generate_completion_stream"
@@ -48,9 +51,6 @@ PRELOAD = (
 )
 
 _SETTINGS = ASDServerSettings()
-# Latest receipt per request id, for the OpenAI streaming chunks (bounded; popped when emitted).
-_STREAM_RECEIPTS: "collections.OrderedDict[str, dict]" = collections.OrderedDict()
-_STREAM_RECEIPTS_MAX = 65536
 
 
 def configure(settings: ASDServerSettings) -> None:
@@ -159,8 +159,14 @@ class ASDRequestMiddleware:
 def add_middleware() -> None:
     from sglang.srt.entrypoints.http_server import app
 
-    if not any(m.cls is ASDRequestMiddleware for m in app.user_middleware):
+    if not middleware_installed():
         app.add_middleware(ASDRequestMiddleware)
+
+
+def middleware_installed() -> bool:
+    from sglang.srt.entrypoints.http_server import app
+
+    return any(m.cls is ASDRequestMiddleware for m in app.user_middleware)
 
 
 # ---------------------------------------------------------------- receipts
@@ -172,13 +178,23 @@ def update_request_meta_info_around(original, self, meta_info, state, customized
         values = customized_info.pop(RECEIPT_KEY)[index]
         if values:
             meta_info[RECEIPT_KEY] = values[-1]
-            rid = meta_info.get("id")
-            if rid is not None:
-                _STREAM_RECEIPTS[rid] = values[-1]
-                _STREAM_RECEIPTS.move_to_end(rid)
-                while len(_STREAM_RECEIPTS) > _STREAM_RECEIPTS_MAX:
-                    _STREAM_RECEIPTS.popitem(last=False)
     return original(self, meta_info, state, customized_info, index, finish_reason)
+
+
+# OpenAI streams that are being generated now: id(adapted_request) -> {request id: latest receipt}.
+# An entry lives exactly as long as its stream generator; nothing else is kept in this process.
+_OPENAI_STREAMS: dict[int, dict] = {}
+
+
+async def generate_request_around(original, self, obj, *args, **kwargs):
+    """Collect the receipts of an OpenAI stream's outputs as they pass (other callers: untouched)."""
+    receipts = _OPENAI_STREAMS.get(id(obj))
+    async for content in original(self, obj, *args, **kwargs):
+        if receipts is not None and isinstance(content, dict):
+            meta = content.get("meta_info") or {}
+            if meta.get(RECEIPT_KEY) is not None:
+                receipts[meta.get("id")] = meta[RECEIPT_KEY]
+        yield content
 
 
 def _with_receipts(response, ret: list):
@@ -187,8 +203,6 @@ def _with_receipts(response, ret: list):
     receipts = [(item.get("meta_info") or {}).get(RECEIPT_KEY) for item in ret]
     if not any(r is not None for r in receipts):
         return response
-    for item in ret:
-        _STREAM_RECEIPTS.pop((item.get("meta_info") or {}).get("id"), None)
     data = json.loads(response.model_dump_json(by_alias=True))
     for choice, receipt in zip(data.get("choices", []), receipts):
         choice[RECEIPT_KEY] = receipt
@@ -200,12 +214,17 @@ def build_response_around(original, self, request, ret, *args, **kwargs):
     return _with_receipts(original(self, request, ret, *args, **kwargs), ret)
 
 
-async def streaming_around(original, self, *args, **kwargs):
-    async for chunk in original(self, *args, **kwargs):
-        yield _stream_chunk_with_receipt(chunk)
+async def streaming_around(original, self, adapted_request, *args, **kwargs):
+    key = id(adapted_request)
+    receipts = _OPENAI_STREAMS.setdefault(key, {})
+    try:
+        async for chunk in original(self, adapted_request, *args, **kwargs):
+            yield _stream_chunk_with_receipt(chunk, receipts)
+    finally:
+        _OPENAI_STREAMS.pop(key, None)
 
 
-def _stream_chunk_with_receipt(chunk):
+def _stream_chunk_with_receipt(chunk, receipts: dict):
     if not isinstance(chunk, str) or not chunk.startswith("data: {") or '"finish_reason"' not in chunk:
         return chunk
     try:
@@ -215,7 +234,7 @@ def _stream_chunk_with_receipt(chunk):
     changed = False
     for choice in data.get("choices") or []:
         if choice.get("finish_reason") is not None:
-            receipt = _STREAM_RECEIPTS.pop(data.get("id"), None)
+            receipt = receipts.pop(data.get("id"), None)
             if receipt is not None:
                 choice[RECEIPT_KEY] = receipt
                 changed = True
@@ -226,6 +245,7 @@ def hooks() -> list:
     add_middleware()
     return [
         (UPDATE_META, update_request_meta_info_around),
+        (GENERATE_REQUEST, generate_request_around),
         (BUILD_COMPLETION, build_response_around),
         (BUILD_CHAT, build_response_around),
         (STREAM_COMPLETION, streaming_around),

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import logging
 import os
+import sys
 
 logger = logging.getLogger(__name__)
 
@@ -41,9 +42,15 @@ def prepare_process() -> bool:
 def run_scheduler_process(asd_settings, *args, **kwargs):
     """Scheduler process entry: bootstrap, install + verify the ASD hooks, then SGLang's own entry."""
     prepare_process()
-    from sglang_asd.sglang_seams import install_scheduler_hooks
+    from sglang_asd.sglang_seams import HookNotInstalled, install_scheduler_hooks
+    from sglang_asd.sglang_seams.eagle_sample import SeamSignatureMismatch
 
-    install_scheduler_hooks(asd_settings)
+    try:
+        install_scheduler_hooks(asd_settings)
+    except (HookNotInstalled, SeamSignatureMismatch) as e:
+        # One clear line; SGLang's launcher then reports the scheduler's exit and stops the server.
+        print(f"sglang_asd scheduler: error: {e}", file=sys.stderr, flush=True)
+        raise SystemExit(2)
     from sglang.srt.managers.scheduler import run_scheduler_process as sglang_run_scheduler_process
 
     return sglang_run_scheduler_process(*args, **kwargs)

@@ -6,10 +6,13 @@
   admission, or resumption after retraction) and zeroed when it gives the slot back, so the verify
   hot path can read every row's budget by ``req_pool_indices`` with no host sync and no Python
   loop over requests.
-- How: after ``alloc`` returns, the requests that were given a new slot and are served with ASD
-  get their row: remaining = budget - host spent (the host mirror is exact at admission: a
+- How: after ``alloc`` returns, every request whose slot's row does not already belong to it
+  gets its row staged (``ledger_table.py`` explains why rows are staged on the host and applied
+  by the verify step): remaining = budget - host spent (the host mirror is exact at admission: a
   retracted request is only re-admitted after its last in-flight batch was processed), gate, cap,
-  stop tokens. ``free_rows`` zeroes the rows it frees.
+  stop tokens; a strict request gets a zero row. That covers a slot lent to the next turn of a
+  streaming session without a free (``srt/session/streaming_session.py``): the ledger belongs to
+  the request, not to the slot. ``free_rows`` stages zero rows for the slots it frees.
 - Upstream: none yet. A request-slot lifecycle callback (alloc/free) on ReqToTokenPool would make
   this a registration instead of a hook; proposed in patches/.
 - Removal: when SGLang has per-request verify state of its own.
@@ -47,23 +50,36 @@ def _stop_tokens(req) -> set[int]:
 
 
 def alloc_around(original, self, reqs, *args, **kwargs):
-    had_slot = [r.kv.holds_kv for r in reqs]
     result = original(self, reqs, *args, **kwargs)
     if result is None:
         return result
-    admitted = [
-        r for r, had in zip(reqs, had_slot)
-        if not had and getattr(r, "asd_ledger", None) is not None and r.asd_ledger.applied
-    ]
+    table = getattr(self, "_asd_table", None)
+    admitted, lent = [], []
+    for r in reqs:
+        ledger = getattr(r, "asd_ledger", None)
+        ledger = ledger if ledger is not None and ledger.applied else None
+        slot = r.kv.req_pool_idx
+        current = table.owner_of(slot) if table is not None else None
+        if current is ledger:
+            continue  # a new strict request on a zero row, or a chunk of a request already admitted
+        if ledger is not None:
+            admitted.append(r)
+        else:
+            lent.append(slot)  # a slot lent on without a free (streaming session) to a strict request
     if admitted:
-        ledger_table(self).admit(
+        table = ledger_table(self)
+        table.admit(
             slots=[r.kv.req_pool_idx for r in admitted],
+            owners=[r.asd_ledger for r in admitted],
             remaining=[r.asd_ledger.remaining for r in admitted],
             gate=[r.asd_ledger.choice.rule.gate for r in admitted],
             cap=[r.asd_ledger.choice.rule.max_exceptions_per_block for r in admitted],
             stop_tokens=[_stop_tokens(r) for r in admitted],
         )
-        _report_active(self._asd_table)
+    if lent:
+        table.release(lent)
+    if admitted or lent:
+        _report_active(table)
     return result
 
 
@@ -76,6 +92,6 @@ def _report_active(table: ASDLedgerTable) -> None:
 def free_rows_around(original, self, indices, *args, **kwargs):
     table = getattr(self, "_asd_table", None)
     if table is not None and table.num_active:
-        table.release(list(indices))
+        table.release([int(i) for i in indices])
         _report_active(table)
     return original(self, indices, *args, **kwargs)

@@ -12,6 +12,7 @@ from sglang_asd.server_settings import ASDServerSettings
 class SchedulerRuntime:
     settings: ASDServerSettings
     metrics: Optional[object] = None  # sglang_seams.metrics.ASDMetrics on the rank that exports
+    unsupported_mode: Optional[str] = None  # "" once known to be supported; see sglang_seams/modes.py
 
 
 _RUNTIME: Optional[SchedulerRuntime] = None

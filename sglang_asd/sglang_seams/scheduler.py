@@ -20,6 +20,7 @@ Removal plan for both: none needed beyond following SGLang's extension points. T
 from __future__ import annotations
 
 import logging
+from typing import Optional
 
 from sglang_asd.request_ledger import (
     REASON_NO_SPEC,
@@ -28,6 +29,7 @@ from sglang_asd.request_ledger import (
     RequestASD,
     RequestLedger,
 )
+from sglang_asd.sglang_seams.modes import unsupported_mode
 from sglang_asd.sglang_seams.runtime import get_runtime
 
 logger = logging.getLogger(__name__)
@@ -37,9 +39,11 @@ STREAMER_CLASS = "sglang.srt.managers.scheduler.Scheduler.get_output_streamer_cl
 RECEIPT_KEY = "asd"
 
 
-def _reason(choice: RequestASD, sampling_params, spec_enabled: bool):
+def _reason(choice: RequestASD, sampling_params, spec_enabled: bool, unsupported: Optional[str]):
     if not spec_enabled:
         return REASON_NO_SPEC
+    if unsupported is not None:
+        return unsupported
     if sampling_params.top_k != 1 and sampling_params.temperature >= 1e-6:  # greedy: top_k 1 after normalize()
         return REASON_SAMPLING
     if choice.is_strict:
@@ -56,11 +60,20 @@ def create_generation_req_around(original, self, recv_req, *args, **kwargs):
     except ValueError as e:  # the HTTP layer rejects these first; a direct engine call may not
         logger.warning("request %s: %s; serving it strictly", req.rid, e)
         choice = RequestASD.strict()
-    reason = _reason(choice, params, not self.spec_algorithm.is_none())
+    reason = _reason(choice, params, not self.spec_algorithm.is_none(), _unsupported_mode(self))
     req.asd_ledger = RequestLedger(choice=choice, reason=reason, max_events=runtime.settings.max_receipt_events)
     if runtime.metrics is not None:
         runtime.metrics.observe_request(reason)
     return req
+
+
+def _unsupported_mode(scheduler) -> Optional[str]:
+    """``modes.unsupported_mode`` of this scheduler's server args (computed once per process)."""
+    runtime = get_runtime()
+    if runtime.unsupported_mode is None:
+        args = scheduler.server_args
+        runtime.unsupported_mode = unsupported_mode(args.speculative_algorithm, args.disaggregation_mode) or ""
+    return runtime.unsupported_mode or None
 
 
 def output_streamer_class_around(original, self):

@@ -65,3 +65,31 @@ def test_port_in_use_is_one_line_error(tmp_path):
 def test_bad_asd_flag_is_one_line_error(tmp_path):
     r = _run(["--model-path", str(tmp_path), "--asd-gate", "-1"])
     assert r.returncode == 2 and "asd_gate must be a finite number >= 0, got -1" in r.stderr
+
+
+@pytest.mark.parametrize("flags,message", [
+    (["--speculative-algorithm", "DFLASH"], "ASD cannot run with --speculative-algorithm DFLASH"),
+    (["--speculative-algorithm", "dspark"], "ASD cannot run with --speculative-algorithm DSPARK"),
+    (["--disaggregation-mode", "decode"], "ASD cannot run with --disaggregation-mode decode"),
+])
+def test_modes_asd_cannot_serve_are_refused_when_asd_is_asked_for(tmp_path, flags, message):
+    r = _run(["--model-path", str(tmp_path), *flags, "--asd-default-budget", "8"])
+    assert r.returncode == 2 and message in r.stderr and "Traceback" not in r.stderr
+    assert len([line for line in r.stderr.splitlines() if "error:" in line]) == 1
+
+
+def test_unsupported_modes_are_named_in_receipts():
+    from sglang_asd.policy import ASDConfig
+    from sglang_asd.request_ledger import RequestASD, RequestLedger
+    from sglang_asd.sglang_seams.modes import unsupported_mode
+    from sglang_asd.sglang_seams.scheduler import _reason
+
+    assert unsupported_mode("DFLASH", "null") == "unsupported:dflash"
+    assert unsupported_mode("EAGLE", "decode") == "unsupported:pd_decode"
+    assert unsupported_mode("NGRAM", "null") is None and unsupported_mode(None, None) is None
+    greedy = type("P", (), {"top_k": 1, "temperature": 0.0})()
+    choice = RequestASD(8.0, ASDConfig())
+    assert _reason(choice, greedy, True, None) is None
+    reason = _reason(choice, greedy, True, "unsupported:dflash")
+    receipt = RequestLedger(choice=choice, reason=reason).receipt()
+    assert receipt["applied"] is False and receipt["reason"] == "unsupported:dflash"

@@ -1,0 +1,144 @@
+"""The device ledger table under the overlap scheduler's ordering (``sglang_seams/ledger_table.py``).
+
+On a GPU, admission and release run on the scheduler's host thread while the previous batch is
+still in flight; the table's device rows are read and written back by the verify step. These
+tests drive the table (and the real ``ReqToTokenPool`` hooks) in that order on CPU: a batch's
+verify gathers its rows, the host then frees a slot and gives it to a new request, and only then
+does the in-flight batch write its rows back.
+"""
+
+from types import SimpleNamespace
+
+import torch
+
+from sglang_asd.policy import ASDConfig
+from sglang_asd.request_ledger import RequestASD, RequestLedger
+from sglang_asd.server_settings import ASDServerSettings
+from sglang_asd.sglang_seams import runtime
+from sglang_asd.sglang_seams.ledger_table import ASDLedgerTable
+
+RULE = ASDConfig(gate=0.25, max_exceptions_per_block=2)
+
+
+def _ledger(budget):
+    return RequestLedger(choice=RequestASD(budget, RULE))
+
+
+def _device_state(t: ASDLedgerTable):
+    return [x.clone() for x in (t.remaining, t.gate, t.cap, t.stop_tokens)]
+
+
+def test_admission_and_release_only_stage_rows():
+    t = ASDLedgerTable(8, "cpu")
+    before = _device_state(t)
+    a = _ledger(8.0)
+    t.admit([3], [a], [8.0], [0.25], [2], [{2, 7}])
+    assert t.num_active == 1 and t.owner_of(3) is a and t.has_staged
+    assert all(torch.equal(x, y) for x, y in zip(before, _device_state(t))), "admission wrote a device row"
+    remaining, gate, cap, stops = t.begin_verify(torch.tensor([3, 0]))
+    assert remaining.tolist() == [8.0, 0.0] and gate.tolist() == [0.25, 0.0] and cap.tolist() == [2, 0]
+    assert stops.tolist() == [[2, 7, -1, -1], [-1, -1, -1, -1]] and not t.has_staged
+    t.release([3])
+    assert t.num_active == 0 and t.remaining[3] == 8.0, "release wrote a device row"
+    assert t.begin_verify(torch.tensor([3]))[0].tolist() == [0.0]
+
+
+def test_free_then_readmit_between_a_batch_launch_and_its_write_back():
+    """A finishes in batch N but is still in batch N+1; its slot goes to B before N+1 writes back."""
+    t = ASDLedgerTable(8, "cpu")
+    a, b = _ledger(8.0), _ledger(2.0)
+    slot = torch.tensor([5])
+    t.admit([5], [a], [8.0], [0.25], [2], [{2}])
+    remaining, *_ = t.begin_verify(slot)  # batch N
+    t.charge(slot, remaining - 1.0)
+    in_flight, *_ = t.begin_verify(slot)  # batch N+1 launched, holding A
+    assert in_flight.tolist() == [7.0]
+    t.release([5])  # the host processes batch N: A finished; its slot is given at once to B (LIFO)
+    t.admit([5], [b], [2.0], [0.25], [2], [{2}])
+    t.charge(slot, in_flight - 0.5)  # batch N+1's write-back lands after B's admission
+    first_of_b, *_ = t.begin_verify(slot)  # B's first verify
+    assert first_of_b.tolist() == [2.0], "B must start from its own budget, not A's leftover"
+    assert t.owner_of(5) is b
+
+
+def test_stop_width_grows_in_stream_order():
+    t = ASDLedgerTable(4, "cpu", stop_width=2)
+    t.admit([1], [_ledger(1.0)], [1.0], [0.25], [2], [{1, 2, 3}])
+    assert t.stop_tokens.shape[1] == 2, "grown before the verify step"
+    stops = t.begin_verify(torch.tensor([1]))[3]
+    assert stops.tolist() == [[1, 2, 3, -1]] and t.stop_tokens.shape[1] == 4
+
+
+# -- the ReqToTokenPool hooks (real SGLang pool, requests as SGLang's scheduler holds them) --------
+
+
+def _pool(size=4):
+    from sglang.srt.mem_cache.memory_pool import ReqToTokenPool
+
+    return ReqToTokenPool(size=size, max_context_len=16, device="cpu", enable_memory_saver=False)
+
+
+def _req(budget, kv=None):
+    ledger = _ledger(budget)
+    if budget == 0:
+        ledger.reason = "strict"
+    kv = kv or SimpleNamespace(req_pool_idx=None, kv_allocated_len=0, holds_kv=False)
+    return SimpleNamespace(kv=kv, asd_ledger=ledger, eos_token_ids={2}, tokenizer=None,
+                           sampling_params=SimpleNamespace(stop_token_ids=None))
+
+
+def _alloc(pool, reqs):
+    from sglang_asd.sglang_seams import req_to_token_pool as seam
+
+    for r in reqs:
+        r.kv.holds_kv = r.kv.req_pool_idx is not None
+        if r.kv.holds_kv:
+            r.kv.kv_allocated_len = 1
+    return seam.alloc_around(type(pool).alloc, pool, reqs)
+
+
+def _free(pool, slots):
+    from sglang_asd.sglang_seams import req_to_token_pool as seam
+
+    seam.free_rows_around(type(pool).free_rows, pool, slots)
+
+
+def test_hooks_give_a_reused_slot_the_new_requests_budget(monkeypatch):
+    monkeypatch.setattr(runtime, "_RUNTIME", None)
+    runtime.set_runtime(ASDServerSettings())
+    pool = _pool()
+    a = _req(8.0)
+    (slot,) = _alloc(pool, [a])
+    table = pool._asd_table
+    rows = torch.tensor([slot])
+    remaining, *_ = table.begin_verify(rows)
+    in_flight = remaining - 3.0  # batch N+1 holds A and has spent 3 nats, not yet written back
+    _free(pool, [slot])
+    b = _req(1.5)
+    assert _alloc(pool, [b]) == [slot], "SGLang gives the freed slot back first (LIFO)"
+    table.charge(rows, in_flight)
+    assert table.begin_verify(rows)[0].tolist() == [1.5]
+    c = _req(0.0)
+    _free(pool, [slot])
+    assert _alloc(pool, [c]) == [slot]
+    assert table.begin_verify(rows)[0].tolist() == [0.0], "a strict request must find a zero row"
+
+
+def test_a_slot_lent_to_the_next_turn_is_readmitted_for_it(monkeypatch):
+    """Streaming sessions lend a finished turn's slot to the next turn without a free."""
+    monkeypatch.setattr(runtime, "_RUNTIME", None)
+    runtime.set_runtime(ASDServerSettings())
+    pool = _pool()
+    turn1 = _req(8.0)
+    (slot,) = _alloc(pool, [turn1])
+    table = pool._asd_table
+    rows = torch.tensor([slot])
+    table.charge(rows, table.begin_verify(rows)[0] - 1.0)
+    turn2 = _req(0.0, kv=turn1.kv)  # borrows the record: holds_kv, same slot
+    _alloc(pool, [turn2])
+    assert table.begin_verify(rows)[0].tolist() == [0.0], "a budget-0 turn must not inherit turn 1's ledger"
+    turn3 = _req(4.0, kv=turn1.kv)
+    _alloc(pool, [turn3])
+    assert table.begin_verify(rows)[0].tolist() == [4.0]
+    chunk = _alloc(pool, [turn3])  # a later chunk of the same request: no new row
+    assert chunk == [slot] and not table.has_staged
