@@ -19,4 +19,4 @@ test-fast: setup
 	$(PY) -m pytest -q -ra -m "not server" tests
 
 bench-verify: setup
-	$(PY) benchmarks/verify_microbench.py --out docs/verify_bench.json
+	$(PY) scripts/verify_microbench.py --out docs/verify_bench.json

@@ -2,14 +2,14 @@
 """Device check of the fused ASD verify: parity, CUDA-graph and no-sync safety, timing.
 
 For a GPU machine with torch + triton and NO sglang (and no install of this repo): run from the
-checkout, it imports ``sglang_asd.verify`` by path.
+checkout, it imports ``sglang_asd.verify`` and ``sglang_asd.testing`` by path.
 
     python scripts/device_verify_bench.py --out $OUT/verify_h200.json         # H200, < 8 minutes
     python scripts/device_verify_bench.py --dry-run --out /tmp/verify_dry.json  # CPU, tiny, interpreter
 
 1. parity: ``asd_verify_triton`` vs the torch reference, ``torch.equal`` on every output, at the
    timing sizes (bf16, V 128k-152k, with and without ``target_predict``) and on corner-case rounds
-   (ties, -inf, NaN rows, stop tokens, budget 0; bf16/fp16/fp32; forced vocabulary splits).
+   (ties, -inf, NaN rows, stop tokens, budget 0, depth 0; bf16/fp16/fp32; forced vocabulary splits).
 2. safety: no host sync (``torch.cuda.set_sync_debug_mode("error")``); captured in a CUDA graph
    and replayed on new inputs it equals eager, and it never writes its inputs.
 3. timing: per (bs, W, V) the arms below, interleaved, medians of CUDA-event times, eager and
@@ -21,6 +21,7 @@ checkout, it imports ``sglang_asd.verify`` by path.
      asd_torch     the torch reference verifier
    ratio = asd_triton / strict; ms per output token = ms / (bs * mean accepted length + bs).
 4. tuning: the vocabulary pass's tile and warps on the largest size.
+5. pytest on the device: tests/verify parity, dispatch and warmup (nothing compiles after it).
 Writes JSON to ``--out`` (also on failure), prints progress and a table; exit 1 on a parity or
 safety failure.
 """
@@ -40,7 +41,8 @@ import time
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-SHAPES = [  # (name, tree, W, K)
+SHAPES = [  # (name, tree, W, K): chains, EAGLE topk-2 trees
+    ("chain1", False, 1, 0),  # SGLang's adaptive zero-step verify
     ("chain4", False, 4, 3),
     ("chain8", False, 8, 7),
     ("tree8", True, 8, 4),
@@ -74,9 +76,8 @@ if not CUDA:
     warnings.filterwarnings("ignore", "invalid value encountered", RuntimeWarning)  # numpy's -inf - -inf
 import triton  # noqa: E402
 
-from sglang_asd.verify import strict_verify  # noqa: E402
+from sglang_asd.testing import make_round, strict_verify  # noqa: E402
 from sglang_asd.verify import triton_verify as tv  # noqa: E402
-from sglang_asd.verify.cases import make_round  # noqa: E402
 from sglang_asd.verify.torch_verify import asd_verify as torch_asd_verify  # noqa: E402
 
 DEVICE = "cuda" if CUDA else "cpu"
@@ -110,14 +111,15 @@ def parity_corner_cases(report):
     for seed in range(n_seeds):
         name, tree, W, K = SHAPES[seed % len(SHAPES)]
         dtype = dtypes[seed % len(dtypes)]
-        rnd = make_round(bs, W, K, V, tree=tree, seed=1000 + seed, hard=True, dtype=dtype, device=DEVICE)
+        rnd = make_round(seed=1000 + seed, bs=bs, W=W, K=K, V=V, shape="random" if tree else "chain", logits="hard",
+                         masked=0.1, orphans=0.05 * tree, too_deep=0.1, dtype=dtype, device=DEVICE)
         if seed % 6 == 5:
             rnd.remaining.zero_()  # budget 0 everywhere: strict
         for tp in (False, True):
             args, kwargs = rnd.args(target_predict=tp)
             ref = torch_asd_verify(*args, **kwargs)
             for split in ((None,) if tp else (None, 3, 8)):
-                out = tv.launch(*args, **kwargs, split=split, block_v=256 if not ARGS.dry_run else 16)
+                out = tv.asd_verify_triton(*args, **kwargs, split=split, block_v=256 if not ARGS.dry_run else 16)
                 bad = mismatches(ref, out)
                 report["parity"].append(dict(kind="corner", seed=seed, shape=name, bs=bs, V=V, dtype=str(dtype),
                                              target_predict=tp, split=split, ok=not bad, mismatched=bad))
@@ -138,11 +140,10 @@ def parity_at_size(report, rnd, case):
 
 # ---------------------------------------------------------------- 2. safety
 def safety(report):
-    name, tree, W, K = SHAPES[3]
+    name, tree, W, K = SHAPES[-1]
     bs, V = (2, 64) if ARGS.dry_run else (32, 151936)
     dtype = torch.float32 if ARGS.dry_run else torch.bfloat16
-    first = make_round(bs, W, K, V, tree=tree, seed=1, dtype=dtype, device=DEVICE)
-    second = make_round(bs, W, K, V, tree=tree, seed=2, dtype=dtype, device=DEVICE)
+    first, second = (timing_round(seed, bs, W, K, V, tree, dtype) for seed in (1, 2))
     args, kwargs = first.args()
     res = {}
     if not CUDA:
@@ -242,9 +243,15 @@ def time_graphs(arms, reps, inner=5):
     return {n: statistics.median(v) for n, v in samples.items()}
 
 
+def timing_round(seed, bs, W, K, V, tree, dtype):
+    """A timing-size round: N(0, 9) logits drawn on the device, budget 8 / gate 0.25 / cap 2 rows."""
+    return make_round(seed=seed, bs=bs, W=W, K=K, V=V, shape="eagle" if tree else "chain", topk=2, logits="normal",
+                      rows="asd", dtype=dtype, device=DEVICE)
+
+
 def timing_cases():
     if ARGS.dry_run:
-        return [SHAPES[0] + (1, 64), SHAPES[3] + (2, 64)]
+        return [SHAPES[1] + (1, 64), SHAPES[-1] + (2, 64)]
     cases = []
     for V in VOCABS:  # the most telling sizes first, in case the budget runs out
         for bs in (BATCHES if V == VOCABS[0] else [1, 32, 256]):
@@ -271,11 +278,11 @@ def timing_case(report, name, tree, W, K, bs, V):
     dtype = torch.float32 if ARGS.dry_run else torch.bfloat16
     reps = 2 if ARGS.dry_run else ARGS.reps
     case = dict(shape=name, tree=tree, bs=bs, W=W, K=K, V=V, dtype=str(dtype))
-    rnd = make_round(bs, W, K, V, tree=tree, seed=bs * 1000 + W, dtype=dtype, device=DEVICE)
+    rnd = timing_round(bs * 1000 + W, bs, W, K, V, tree, dtype)
     parity_at_size(report, rnd, case)
     args, kwargs = rnd.args()
     tp = rnd.logits.argmax(dim=-1).view(bs, W)
-    links = (rnd.candidates, rnd.logits, rnd.retrive_next_token, rnd.retrive_next_sibling, K)
+    links = rnd.strict_links()
     arms = {
         "strict": lambda: strict_verify(*links),
         "asd_triton": lambda: tv.asd_verify_triton(*args, **kwargs),
@@ -314,9 +321,9 @@ def tuning(report):
     if time.perf_counter() - T0 > ARGS.deadline_s - 110:
         report["skipped"].append(dict(section="tuning", reason="time budget"))
         return
-    name, tree, W, K = SHAPES[3]
+    name, tree, W, K = SHAPES[-1]
     bs, V = 256, VOCABS[0]
-    rnd = make_round(bs, W, K, V, tree=tree, seed=7, dtype=torch.bfloat16, device=DEVICE)
+    rnd = timing_round(7, bs, W, K, V, tree, torch.bfloat16)
     args, kwargs = rnd.args()
     ref = tv.asd_verify_triton(*args, **kwargs)
     arms = {}
@@ -324,7 +331,7 @@ def tuning(report):
         for warps in (4, 8, 16):
             if block_v // (32 * warps) < 4:
                 continue
-            fn = (lambda b=block_v, w=warps: tv.launch(*args, **kwargs, block_v=b, vocab_warps=w))
+            fn = (lambda b=block_v, w=warps: tv.asd_verify_triton(*args, **kwargs, block_v=b, vocab_warps=w))
             if mismatches(ref, fn()):
                 report["parity"].append(dict(kind="tuning", block_v=block_v, warps=warps, ok=False))
             arms[f"block{block_v}_warps{warps}"] = fn
@@ -341,7 +348,7 @@ def run_pytest(report):
         report["skipped"].append(dict(section="pytest", reason="time budget"))
         return
     cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/verify/test_triton_parity.py",
-           "tests/verify/test_dispatch.py"]
+           "tests/verify/test_dispatch.py", "tests/verify/test_warmup.py"]
     try:
         p = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=left - 10)
         report["pytest"] = dict(rc=p.returncode, tail=(p.stdout + p.stderr)[-2000:])
@@ -351,12 +358,10 @@ def run_pytest(report):
 
 
 def main():
-    report = dict(
-        dry_run=ARGS.dry_run, device=torch.cuda.get_device_name() if CUDA else "cpu (Triton interpreter)",
-        torch=torch.__version__, triton=triton.__version__, python=sys.version.split()[0],
-        arms=["strict", "asd_triton", "asd_select", "asd_torch"], parity=[], safety={}, timing=[], skipped=[],
-        errors=[],
-    )
+    report = dict(dry_run=ARGS.dry_run, device=torch.cuda.get_device_name() if CUDA else "cpu (Triton interpreter)",
+                  torch=torch.__version__, triton=triton.__version__, python=sys.version.split()[0],
+                  arms=["strict", "asd_triton", "asd_select", "asd_torch"], parity=[], safety={}, timing=[],
+                  skipped=[], errors=[])
     out = pathlib.Path(ARGS.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     failed = True
@@ -369,8 +374,7 @@ def main():
                 report["errors"].append(dict(section=section.__name__, error=f"{type(e).__name__}: {e}"[:1000]))
                 log(f"ERROR in {section.__name__}: {type(e).__name__}: {e}")
         failed = (not all(p["ok"] for p in report["parity"]) or report.get("pytest", {}).get("rc") not in (0, None)
-                  or bool(report["errors"])
-                  or not all(v for k, v in report["safety"].items() if isinstance(v, bool)))
+                  or bool(report["errors"]) or not all(v for v in report["safety"].values() if isinstance(v, bool)))
     finally:  # the report is written whatever happened
         report["elapsed_s"] = time.perf_counter() - T0
         report["ok"] = not failed

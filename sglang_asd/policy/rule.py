@@ -75,7 +75,8 @@ def select_chain(
     """Decide one chain block and charge ``ledger``.
 
     draft: [K] x_0..x_{K-1}; target_argmax: [K+1] argmax z_0..z_K; regret: [K] r_i =
-    max z_i - z_i(x_i) in nats (inf for a masked token).
+    max z_i - z_i(x_i) in nats (inf for a masked token). K = 0 (no draft) commits the bonus
+    argmax z_0 alone.
     """
     depth = len(draft)
     _check_lengths(depth, target_argmax, regret)

@@ -27,7 +27,8 @@ from sglang_asd.policy.rule import admits_exception
 @dataclasses.dataclass(frozen=True)
 class TreeDecision:
     """path: accepted node ids, root excluded, root to leaf; accepted: their tokens;
-    exceptions: the 0-based path positions that were exceptions; spent: the block's regret;
+    exceptions: the draft positions i (0-based; ``path[i]`` is at depth i + 1) that were
+    exceptions; spent: the block's regret;
     bonus: argmax of the target logits at the last accepted node."""
 
     path: Tuple[int, ...]
@@ -60,7 +61,8 @@ def select_tree(
     (parents[0] = -1, parents[n] < n); target_argmax: [W] argmax of the target logits at each
     node; regret: [W] regret of node n's token under its parent's logits (regret[0] ignored);
     a node n >= 1 with parents[n] = -1 is not in the tree (SGLang's builder drops such nodes);
-    depth: K, the block's draft positions (``speculative_num_steps``).
+    depth: K, the block's draft positions (``speculative_num_steps``); K = 0 (SGLang's adaptive
+    zero-step verify, W = 1) accepts nothing and commits the root's argmax as the bonus.
     """
     _check_tree(tokens, parents, target_argmax, regret)
     states: list[Optional[_PathState]] = [None] * len(tokens)

@@ -3,8 +3,7 @@ imports, the torch verifier everywhere else. Both give the same outputs bit for 
 (``tests/verify/test_triton_parity.py``), so the choice changes speed, never a decision.
 
 The choice depends on the device and on whether Triton imports, never on tensor values, so it
-is fixed for a process and safe under CUDA graph capture. ``verify_backend`` tells the caller
-(start-up checks, receipts, logs) which one a device gets. A CUDA device without Triton runs
+is fixed for a process and safe under CUDA graph capture. A CUDA device without Triton runs
 the torch verifier and says so once in the log.
 """
 
@@ -33,11 +32,6 @@ def _triton_verify():
     return asd_verify_triton
 
 
-def verify_backend(device: torch.device) -> str:
-    """"triton" or "torch": what ``asd_verify`` runs for logits on ``device``."""
-    return "triton" if torch.device(device).type == "cuda" and _triton_verify() is not None else "torch"
-
-
 def asd_verify(
     candidates: torch.Tensor,  # [bs, W] int64 draft token per node (node 0 = root, ignored)
     logits: torch.Tensor,  # [bs*W, V] float final logits (after penalties/bias/grammar mask)
@@ -46,7 +40,7 @@ def asd_verify(
     remaining: torch.Tensor,  # [bs] float32 ledger remaining budget (0 => strict row)
     gate: torch.Tensor,  # [bs] float32 g (0 => strict row)
     cap: torch.Tensor,  # [bs] int32 m (0 => strict row)
-    depth: int,  # K
+    depth: int,  # K (0: SGLang's adaptive zero-step verify, W = 1)
     stop_tokens: Optional[torch.Tensor] = None,  # [bs, T] int64 -1 padded; never exceptions
     target_predict: Optional[torch.Tensor] = None,  # [bs, W] int64 argmax per node, if known
 ) -> ASDVerifyOutput:

@@ -11,7 +11,10 @@ import torch
 class ASDVerifyOutput:
     """One verify round for ``bs`` rows; ``W`` nodes per row, ``K`` draft positions, ``S = K + 1``.
 
-    Path position d = 0..K-1 is draft position d (the accepted node at depth d + 1).
+    Per-position outputs ``[bs, K]`` are indexed by the draft position i = 0..K-1: the accepted
+    path's node at depth d = i + 1, judged under the target argmax of the path node at depth i.
+    Slot s = 0..K of ``accept_index`` holds the path node at depth s (the root at slot 0).
+    With K = 0 (SGLang's adaptive zero-step verify, W = 1) they are ``[bs, 0]``.
     Every tensor is freshly allocated on the input device.
     """
 
@@ -20,7 +23,7 @@ class ASDVerifyOutput:
     num_correct_drafts: torch.Tensor  # [bs] int32: accepted draft tokens (SGLang accept_lens = this + 1)
     spent: torch.Tensor  # [bs] float32: regret charged this round (sum of exception regrets, in path order)
     num_exceptions: torch.Tensor  # [bs] int32
-    exception_mask: torch.Tensor  # [bs, K] bool: path position d was an exception
+    exception_mask: torch.Tensor  # [bs, K] bool: draft position i was an exception
     exception_regret: torch.Tensor  # [bs, K] float32: its regret (0 elsewhere)
-    target_token: torch.Tensor  # [bs, K] int64: target argmax at path position d for d <= num_correct_drafts (the bonus at d == num_correct_drafts); -1 beyond
+    target_token: torch.Tensor  # [bs, K] int64: the target argmax judging draft position i for i <= num_correct_drafts (the bonus at i == num_correct_drafts); -1 beyond
     num_suffix_tokens: torch.Tensor  # [bs] int32: exact tokens accepted after the first exception (suffix reuse)

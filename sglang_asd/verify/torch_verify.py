@@ -144,24 +144,25 @@ def _outputs(
     num_correct = node_depth.gather(1, chosen)  # [bs, 1]
 
     slot = torch.arange(K + 1, device=device)  # [S]
-    # ancestors[:, s] = the chosen node's s-th ancestor (the root once past it), so the node at
-    # path position d is ancestor num_correct - d; the chosen node itself for d >= num_correct.
+    # ancestors[:, t] = the chosen node's t-th ancestor (the root once past it), so the path node
+    # at slot s (depth s) is ancestor num_correct - s; the chosen node itself for s >= num_correct.
     ancestors = [chosen]
     for _ in range(K):
         ancestors.append(up.gather(1, ancestors[-1]))
     path = torch.cat(ancestors, dim=1).gather(1, (num_correct - slot).clamp(min=0))  # [bs, S]
 
-    target_on_path = target_predict.gather(1, path)  # [bs, S]; the bonus for d >= num_correct
-    draft_on_path = candidates.gather(1, path[:, 1:])  # [bs, K] token at path position d
-    accepted_slot = slot[:K] < num_correct  # [bs, K]
+    target_on_path = target_predict.gather(1, path)  # [bs, S] argmax at slot s; the bonus for s >= num_correct
+    draft_on_path = candidates.gather(1, path[:, 1:])  # [bs, K] token at draft position i (slot i + 1)
+    position = slot[:K]  # [K] draft position i
+    accepted_position = position < num_correct  # [bs, K]
     # Token emitted after each path node: the next accepted draft token, or the bonus.
-    emitted = torch.cat([torch.where(accepted_slot, draft_on_path, target_on_path[:, :K]), target_on_path[:, K:]], 1)
+    emitted = torch.cat([torch.where(accepted_position, draft_on_path, target_on_path[:, :K]), target_on_path[:, K:]], 1)
     predict = torch.zeros((bs, W), dtype=torch.int32, device=device)
     predict.scatter_(1, path, emitted.int())  # repeated writes at the chosen node carry the same bonus
 
     row_base = torch.arange(bs, device=device)[:, None] * W
     accept_index = torch.where(slot <= num_correct, path + row_base, -1).int()
-    exception_mask = exception.gather(1, path[:, 1:]) & accepted_slot
+    exception_mask = exception.gather(1, path[:, 1:]) & accepted_position
     exception_regret = torch.where(exception_mask, regret.gather(1, path[:, 1:]), 0.0)
     after_first_exception = exception_mask.cumsum(dim=1) > 0
     return ASDVerifyOutput(
@@ -172,6 +173,6 @@ def _outputs(
         num_exceptions=exception_mask.sum(dim=1, dtype=torch.int32),
         exception_mask=exception_mask,
         exception_regret=exception_regret,
-        target_token=torch.where(slot[:K] <= num_correct, target_on_path[:, :K], -1),
-        num_suffix_tokens=(accepted_slot & ~exception_mask & after_first_exception).sum(dim=1, dtype=torch.int32),
+        target_token=torch.where(position <= num_correct, target_on_path[:, :K], -1),
+        num_suffix_tokens=(accepted_position & ~exception_mask & after_first_exception).sum(dim=1, dtype=torch.int32),
     )

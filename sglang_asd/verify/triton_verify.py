@@ -1,18 +1,26 @@
 """The fused ASD verify for GPUs: ``asd_verify_triton``, same signature and outputs as the torch
-verifier (``torch_verify.asd_verify``), bit for bit.
+verifier (``torch_verify.asd_verify``), bit for bit; keyword-only tiling knobs for tests.
 
 What it fuses (kernels in ``triton_kernels.py``): the one pass over the vocabulary per node
 (max and argmax, lowest index on ties, as ``torch.argmax``), the gathers of every child draft
 token's logit from its parent's row, the regrets, the three gates, the per-row path choice for
-chains and trees and every output, in two launches: the vocabulary pass (grid ``[bs*W, SPLIT]``)
+chains and trees and every output, in two launches: the vocabulary pass (grid ``[bs*W, split]``)
 and the selection (grid ``[bs]``). With ``target_predict`` given the vocabulary pass is skipped
 and ``max = logits[n, target_predict[n]]`` is one gather.
 
-CUDA graphs: the launch configuration (grid, SPLIT, block sizes, constexprs) is a function of
+CUDA graphs: the launch configuration (grid, split, block sizes, constexprs) is a function of
 the tensor shapes and the device only, never of tensor values; there is no host sync and no
-branch on data in Python; every output (and the small [bs*W, SPLIT] workspace) is freshly
+branch on data in Python; every output (and the small [bs*W, split] workspace) is freshly
 allocated with ``torch.empty``, so nothing aliases the inputs or a graph's static buffers, and
 every element of every output is written by the selection kernel.
+
+Compiled variants: the index and ledger inputs are cast to the contract's dtypes (int64 tokens
+and links, float32 remaining and gate, int32 cap; no-ops for what SGLang passes), so only the
+logits' dtype enters the kernels' signatures; which constexprs a call compiles is
+``warmup.specialization_key`` (the module docstring there says why the set is small).
+
+Depth 0 (SGLang's adaptive zero-step verify: ``W = 1``, ``K = 0``) launches the same kernels:
+only the root is accepted, the bonus is its argmax, and the per-position outputs are ``[bs, 0]``.
 
 Tensor parallelism (why every rank reaches the same decision):
 1. SGLang's logits processor gathers the vocab-parallel shards before sampling
@@ -46,6 +54,7 @@ import triton
 
 from sglang_asd.verify.output import ASDVerifyOutput
 from sglang_asd.verify.triton_kernels import asd_select_kernel, row_argmax_partials_kernel
+from sglang_asd.verify.warmup import vocab_unit
 
 BLOCK_V = 2048  # columns per tile of the vocabulary pass (16 B per thread for bf16 at 8 warps)
 VOCAB_WARPS = 8
@@ -61,13 +70,19 @@ def _sm_count(device: torch.device) -> int:
     return 1  # the interpreter on CPU: no point splitting
 
 
-def choose_split(rows: int, V: int, device: torch.device) -> int:
+def choose_split(rows: int, V: int, device: torch.device, block_v: int = BLOCK_V) -> int:
     """Slices per logits row in the vocabulary pass: enough programs to fill the GPU when
-    ``rows = bs*W`` is small, each slice at least ``MIN_TILES_PER_SLICE`` tiles. Shapes only."""
-    tiles = triton.cdiv(V, BLOCK_V)
+    ``rows = bs*W`` is small, each slice at least ``MIN_TILES_PER_SLICE`` tiles. Shapes only;
+    a runtime argument of the kernels, so it never compiles a variant."""
+    tiles = triton.cdiv(V, block_v)
     want = triton.cdiv(PROGRAMS_PER_SM * _sm_count(device), max(rows, 1))
     split = min(triton.next_power_of_2(want), MAX_SPLIT, max(tiles // MIN_TILES_PER_SLICE, 1))
     return max(split, 1)
+
+
+def select_warps(W_PAD: int) -> int:
+    """Warps of the selection kernel: its [W_PAD, W_PAD] reductions stay inside one warp up to W = 16."""
+    return 1 if W_PAD <= 16 else 2 if W_PAD <= 32 else 4 if W_PAD <= 64 else 8
 
 
 def asd_verify_triton(
@@ -81,17 +96,12 @@ def asd_verify_triton(
     depth: int,  # K
     stop_tokens: Optional[torch.Tensor] = None,  # [bs, T] int64 -1 padded; never exceptions
     target_predict: Optional[torch.Tensor] = None,  # [bs, W] int64 argmax per node, if known
+    *,
+    split: Optional[int] = None,  # vocabulary slices per row (default: ``choose_split``)
+    block_v: int = BLOCK_V,  # tests use tiny tiles so that tiny vocabularies take every path
+    vocab_warps: int = VOCAB_WARPS,
 ) -> ASDVerifyOutput:
     """The fused kernel; see ``ASDVerifyOutput`` and ``torch_verify.asd_verify``."""
-    return launch(candidates, logits, retrive_next_token, retrive_next_sibling, remaining, gate, cap, depth,
-                  stop_tokens, target_predict)
-
-
-def launch(candidates, logits, retrive_next_token, retrive_next_sibling, remaining, gate, cap, depth,
-           stop_tokens=None, target_predict=None, *, split: Optional[int] = None,
-           block_v: int = BLOCK_V, vocab_warps: int = VOCAB_WARPS) -> ASDVerifyOutput:
-    """``asd_verify_triton`` with the vocabulary tiling exposed (tests use tiny tiles and
-    ``split`` > 1 so that tiny vocabularies still take every path of the reduction)."""
     bs, W, V = _check(candidates, logits, retrive_next_token, retrive_next_sibling, remaining, gate, cap,
                       depth, stop_tokens, target_predict)
     K = depth
@@ -109,53 +119,53 @@ def launch(candidates, logits, retrive_next_token, retrive_next_sibling, remaini
     )
     if bs == 0:
         return out
-    candidates = candidates.contiguous()
-    links = retrive_next_token.contiguous(), retrive_next_sibling.contiguous()
+    if logits.stride(1) != 1:
+        logits = logits.contiguous()  # the kernels read rows with unit column stride
+    as_index = lambda t: t.to(torch.int64).contiguous()  # noqa: E731  (no-ops for the contract's dtypes)
+    candidates = as_index(candidates)
     rows = bs * W
-    has_tp = target_predict is not None
-    if has_tp:
+    has_target_predict = target_predict is not None
+    if has_target_predict:
         split = 1
-        part_max = part_idx = out.spent  # unused by the kernel
-        tp = target_predict.contiguous()
+        target_predict = as_index(target_predict)
+        part_max, part_idx = out.spent, out.num_exceptions  # unused by the kernel
     else:
-        split = split or choose_split(rows, V, device)
-        chunk = triton.cdiv(triton.cdiv(V, split), block_v) * block_v
+        split = split or choose_split(rows, V, device, block_v)
+        tiles_per_slice = triton.cdiv(triton.cdiv(V, split), block_v)
         part_max = torch.empty((rows, split), dtype=torch.float32, device=device)
         part_idx = torch.empty((rows, split), dtype=torch.int32, device=device)
+        unit = vocab_unit(V, logits.stride(0))
         row_argmax_partials_kernel[(rows, split)](
-            logits, logits.stride(0), logits.stride(1), part_max, part_idx, V, chunk,
-            SPLIT=split, BLOCK_V=block_v, num_warps=vocab_warps,
+            logits, logits.stride(0) // unit, part_max, part_idx, V // unit, split, tiles_per_slice,
+            BLOCK_V=block_v, UNIT=unit, num_warps=vocab_warps,
         )
-        tp = candidates  # unused by the kernel
-    has_stop = stop_tokens is not None and stop_tokens.shape[1] > 0
-    stops = stop_tokens.contiguous() if has_stop else candidates
-    T = stops.shape[1] if has_stop else 1
-    BW = triton.next_power_of_2(W)
+        target_predict = candidates  # unused by the kernel
+    if stop_tokens is None:
+        stop_tokens = candidates[:, :0]  # T = 0
+    stop_tokens = as_index(stop_tokens)
+    W_PAD = triton.next_power_of_2(W)
     asd_select_kernel[(bs,)](
-        candidates, links[0], links[1], logits, logits.stride(0), logits.stride(1), V,
-        part_max, part_idx, tp, remaining.contiguous(), gate.contiguous(), cap.contiguous(), stops, T,
+        candidates, as_index(retrive_next_token), as_index(retrive_next_sibling), logits, logits.stride(0), V,
+        part_max, part_idx, split, target_predict, remaining.to(torch.float32).contiguous(),
+        gate.to(torch.float32).contiguous(), cap.to(torch.int32).contiguous(), stop_tokens, stop_tokens.shape[1],
         out.predict, out.accept_index, out.num_correct_drafts, out.spent, out.num_exceptions,
         out.exception_mask, out.exception_regret, out.target_token, out.num_suffix_tokens,
-        W=W, K=K, SPLIT=split, HAS_TP=has_tp, HAS_STOP=has_stop, BW=BW,
-        BS=triton.next_power_of_2(K + 1), BSPLIT=triton.next_power_of_2(split), BT=triton.next_power_of_2(T),
-        num_warps=_select_warps(BW),
+        W=W, K=K, HAS_TARGET_PREDICT=has_target_predict, W_PAD=W_PAD, S_PAD=triton.next_power_of_2(K + 1),
+        num_warps=select_warps(W_PAD),
     )
     return out
-
-
-def _select_warps(BW: int) -> int:
-    """Warps of the selection kernel: its [BW, BW] reductions stay inside one warp up to W = 16."""
-    return 1 if BW <= 16 else 2 if BW <= 32 else 4 if BW <= 64 else 8
 
 
 def _check(candidates, logits, next_token, next_sibling, remaining, gate, cap, depth, stop_tokens,
            target_predict):
     """Shapes, dtypes and devices (metadata only: no sync). -> (bs, W, V)."""
-    if not (isinstance(depth, int) and not isinstance(depth, bool) and depth >= 1):
-        raise ValueError(f"depth must be an integer >= 1, got {depth!r}")
+    if not (isinstance(depth, int) and not isinstance(depth, bool) and depth >= 0):
+        raise ValueError(f"depth must be an integer >= 0, got {depth!r}")
     if candidates.dim() != 2:
         raise ValueError(f"candidates must be [bs, W], got shape {tuple(candidates.shape)}")
     bs, W = candidates.shape
+    if W < 1:
+        raise ValueError(f"candidates must hold W >= 1 nodes per row (the root first), got shape {tuple(candidates.shape)}")
     if logits.dim() != 2 or logits.shape[0] != bs * W:
         raise ValueError(f"logits must be [bs*W, V] = [{bs * W}, V], got shape {tuple(logits.shape)}")
     if logits.dtype not in (torch.bfloat16, torch.float16, torch.float32):

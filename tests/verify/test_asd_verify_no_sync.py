@@ -5,9 +5,8 @@ from __future__ import annotations
 
 import pytest
 import torch
-from asd_cases import make_case
-
-from sglang_asd.verify import asd_verify, strict_verify
+from sglang_asd.testing import make_round, strict_verify
+from sglang_asd.verify import asd_verify
 
 FORBIDDEN = ["item", "tolist", "cpu", "numpy", "__bool__", "__int__", "__float__"]
 
@@ -27,14 +26,15 @@ def no_host_sync(monkeypatch):
     return patch
 
 
-@pytest.mark.parametrize("shape,K,W", [("chain", 5, 6), ("eagle", 4, 8)])
+@pytest.mark.parametrize("shape,K,W", [("chain", 5, 6), ("eagle", 4, 8), ("chain", 0, 1)])
 def test_asd_verify_does_not_sync(no_host_sync, shape, K, W):
-    case = make_case(1, 16, K, W, shape=shape, topk=3)
-    tp = case.logits.argmax(-1).view(16, W)
+    rnd = make_round(seed=1, bs=16, W=W, K=K, shape=shape, topk=3)
+    args, kwargs = rnd.args()
+    tp = rnd.logits.argmax(-1).view(16, W)
     no_host_sync()
     with pytest.raises(AssertionError, match="Tensor.item"):
         torch.ones(1).item()  # the patch is live
-    asd_verify(*case.verify_args(), stop_tokens=case.stop_tokens)
-    asd_verify(*case.verify_args(), stop_tokens=case.stop_tokens, target_predict=tp)
-    asd_verify(*case.verify_args())
-    strict_verify(case.candidates, case.logits, case.next_token, case.next_sibling, K)
+    asd_verify(*args, **kwargs)
+    asd_verify(*args, **kwargs, target_predict=tp)
+    asd_verify(*args)
+    strict_verify(*rnd.strict_links())

@@ -6,10 +6,11 @@ import math
 
 import pytest
 import torch
-from asd_cases import make_case, node_regrets
+from reference_oracle import node_regrets
 
 from sglang_asd.policy import ASDConfig, Ledger, select_tree
-from sglang_asd.verify import asd_verify, strict_verify
+from sglang_asd.testing import make_round, strict_verify
+from sglang_asd.verify import asd_verify
 
 SHAPES = [("chain", 5, 6, 1), ("eagle", 5, 10, 3), ("random", 4, 12, 0)]
 
@@ -17,23 +18,24 @@ SHAPES = [("chain", 5, 6, 1), ("eagle", 5, 10, 3), ("random", 4, 12, 0)]
 @pytest.mark.parametrize("shape,K,W,topk", SHAPES)
 def test_gates_hold_on_every_exception(shape, K, W, topk):
     for seed in range(20):
-        case = make_case(100 + seed, 64, K, W, shape=shape, topk=topk, masked=0.2)
-        out = asd_verify(*case.verify_args(), stop_tokens=case.stop_tokens)
-        strict = strict_verify(case.candidates, case.logits, case.next_token, case.next_sibling, K)
+        rnd = make_round(seed=100 + seed, bs=64, W=W, K=K, shape=shape, topk=topk, masked=0.2)
+        args, kwargs = rnd.args()
+        out = asd_verify(*args, **kwargs)
+        strict = strict_verify(*rnd.strict_links())
         assert (out.num_correct_drafts >= strict[2]).all()  # ASD never accepts less than strict
-        assert (out.num_exceptions <= case.cap).all()  # block cap
-        assert (out.spent <= case.remaining).all()  # ledger
+        assert (out.num_exceptions <= rnd.cap).all()  # block cap
+        assert (out.spent <= rnd.remaining).all()  # ledger
         assert torch.isfinite(out.exception_regret).all()  # masked (-inf) tokens are never exceptions
         suffix_value = K - torch.arange(K, dtype=torch.float32)
-        assert (out.exception_regret / suffix_value <= case.gate[:, None]).all()  # regret gate
-        strict_rows = (case.remaining <= 0) | (case.gate <= 0) | (case.cap <= 0)
+        assert (out.exception_regret / suffix_value <= rnd.gate[:, None]).all()  # regret gate
+        strict_rows = (rnd.remaining <= 0) | (rnd.gate <= 0) | (rnd.cap <= 0)
         assert not out.exception_mask[strict_rows].any()
         # Exceptions are mismatches, never stop tokens.
-        W_ = case.candidates.shape[1]
+        W_ = rnd.candidates.shape[1]
         nodes = (out.accept_index[:, 1:].long() - torch.arange(64)[:, None] * W_).clamp(min=0)
-        drafted = case.candidates.gather(1, nodes)
+        drafted = rnd.candidates.gather(1, nodes)
         assert (drafted != out.target_token)[out.exception_mask].all()
-        is_stop = (drafted[:, :, None] == case.stop_tokens[:, None, :]).any(-1)
+        is_stop = (drafted[:, :, None] == rnd.stop_tokens[:, None, :]).any(-1)
         assert not (is_stop & out.exception_mask).any()
         assert torch.equal(out.num_exceptions, out.exception_mask.sum(1, dtype=torch.int32))
 
@@ -46,17 +48,18 @@ def test_spent_never_exceeds_budget_over_many_rounds():
     ledgers = [Ledger(budget=b) for b in budgets]
     remaining = torch.tensor(budgets, dtype=torch.float32)
     for round_ in range(40):
-        case = make_case(3000 + round_, bs, K, W, shape="eagle", topk=3)
-        case.remaining = remaining
-        case.gate = torch.full((bs,), 0.5)
-        case.cap = torch.full((bs,), 2, dtype=torch.int32)
-        out = asd_verify(*case.verify_args(), stop_tokens=case.stop_tokens)
-        regrets = node_regrets(case, case.logits.argmax(-1).view(bs, W))
-        tp = case.logits.argmax(-1).view(bs, W).tolist()
+        rnd = make_round(seed=3000 + round_, bs=bs, W=W, K=K, shape="eagle", topk=3)
+        rnd.remaining = remaining
+        rnd.gate = torch.full((bs,), 0.5)
+        rnd.cap = torch.full((bs,), 2, dtype=torch.int32)
+        args, kwargs = rnd.args()
+        out = asd_verify(*args, **kwargs)
+        regrets = node_regrets(rnd, rnd.logits.argmax(-1).view(bs, W))
+        tp = rnd.logits.argmax(-1).view(bs, W).tolist()
         for b in range(bs):
-            decision = select_tree(case.candidates[b].tolist(), case.parents[b], tp[b], regrets[b], K, ledgers[b],
+            decision = select_tree(rnd.candidates[b].tolist(), rnd.parents[b], tp[b], regrets[b], K, ledgers[b],
                                    ASDConfig(gate=0.5, max_exceptions_per_block=2),
-                                   frozenset(case.stop_tokens[b].tolist()) - {-1})
+                                   frozenset(rnd.stop_tokens[b].tolist()) - {-1})
             assert decision.spent == float(out.spent[b])
             assert len(decision.path) == int(out.num_correct_drafts[b])
             assert 0 <= ledgers[b].spent <= ledgers[b].budget
@@ -84,10 +87,10 @@ def test_masked_and_stop_tokens_are_never_exceptions_even_with_everything_allowe
 
 
 def test_outputs_are_fresh_tensors_with_the_contract_dtypes():
-    case = make_case(5, 16, 4, 8, shape="eagle", topk=3)
-    tp = case.logits.argmax(-1).view(16, 8)
-    inputs = [*case.verify_args()[:7], case.stop_tokens, tp]
-    out = asd_verify(*case.verify_args(), stop_tokens=case.stop_tokens, target_predict=tp)
+    rnd = make_round(seed=5, bs=16, W=8, K=4, shape="eagle", topk=3)
+    args, kwargs = rnd.args(target_predict=True)
+    inputs = [*args[:7], kwargs["stop_tokens"], kwargs["target_predict"]]
+    out = asd_verify(*args, **kwargs)
     storages = {t.untyped_storage().data_ptr() for t in inputs}
     outputs = [getattr(out, name) for name in out.__dataclass_fields__]
     for t in outputs:
@@ -103,15 +106,8 @@ def test_outputs_are_fresh_tensors_with_the_contract_dtypes():
         assert tuple(getattr(out, name).shape) == shapes[name], name
 
 
-def test_degenerate_shapes():
-    # W = 1, K = 0: only the root; the bonus is its argmax.
-    logits = torch.tensor([[0.0, 2.0, 1.0], [3.0, 0.0, 0.0]])
-    one = torch.ones(2)
-    out = asd_verify(torch.zeros((2, 1), dtype=torch.int64), logits, torch.full((2, 1), -1), torch.full((2, 1), -1),
-                     one, one, torch.ones(2, dtype=torch.int32), 0)
-    assert out.predict.tolist() == [1, 0] and out.accept_index.tolist() == [[0], [1]]
-    assert out.exception_mask.shape == (2, 0)
-    # bs = 0 (an idle batch).
+def test_an_idle_batch():
+    # bs = 0 (depth 0 is in test_asd_verify_strict.py).
     empty = torch.zeros((0, 4), dtype=torch.int64)
     out = asd_verify(empty, torch.zeros((0, 7)), empty, empty, torch.zeros(0), torch.zeros(0),
                      torch.zeros(0, dtype=torch.int32), 3)

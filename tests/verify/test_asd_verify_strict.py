@@ -1,32 +1,18 @@
 """Strict rows (budget 0, gate 0 or cap 0) == SGLang's verify_tree_greedy, bit for bit.
 
-Three implementations must agree: a line-by-line port of SGLang's kernel (plain Python),
-``strict_verify`` (the torch baseline) and ``asd_verify`` on strict rows. Logits on a 1/8 grid
-give many argmax ties; drafts often duplicate a sibling's token.
+Three implementations must agree: a line-by-line port of SGLang's kernel (plain Python,
+``sglang_asd.testing.verify_tree_greedy_port``), ``strict_verify`` (the torch baseline) and
+``asd_verify`` on strict rows. Logits on a 1/8 grid give many argmax ties; drafts often
+duplicate a sibling's token.
 """
 
 from __future__ import annotations
 
 import pytest
 import torch
-from asd_cases import make_case, sglang_verify_tree_greedy
 
-from sglang_asd.verify import asd_verify, strict_verify
-
-
-def sglang_result(case):
-    bs, W = case.candidates.shape
-    retrive_index = (torch.arange(bs)[:, None] * W + torch.arange(W)).tolist()
-    target_predict = case.logits.argmax(-1).tolist()
-    predicts, accept_index, accept_num = sglang_verify_tree_greedy(
-        case.candidates.tolist(), retrive_index, case.next_token.tolist(), case.next_sibling.tolist(),
-        target_predict, case.depth + 1,
-    )
-    return (
-        torch.tensor(predicts, dtype=torch.int32),
-        torch.tensor(accept_index, dtype=torch.int32),
-        torch.tensor(accept_num, dtype=torch.int32),
-    )
+from sglang_asd.testing import make_round, sglang_strict_result, strict_verify
+from sglang_asd.verify import asd_verify
 
 
 def assert_same(got, want, what):
@@ -51,37 +37,53 @@ CASES = [
 
 @pytest.mark.parametrize("params", CASES, ids=lambda p: "-".join(f"{k}{v}" for k, v in p.items()))
 def test_strict_rows_equal_sglang(params):
-    params = dict(params)
-    K, W = params.pop("K"), params.pop("W")
     for seed in range(25):
-        case = make_case(seed, 64, K, W, strict=True, **params)
-        want = sglang_result(case)
-        out = asd_verify(*case.verify_args(), stop_tokens=case.stop_tokens)
+        rnd = make_round(seed=seed, bs=64, rows="strict", **params)
+        want = sglang_strict_result(*rnd.strict_links())
+        args, kwargs = rnd.args()
+        out = asd_verify(*args, **kwargs)
         assert_same((out.predict, out.accept_index, out.num_correct_drafts), want, "asd_verify")
-        assert_same(strict_verify(case.candidates, case.logits, case.next_token, case.next_sibling, K), want,
-                    "strict_verify")
+        assert_same(strict_verify(*rnd.strict_links()), want, "strict_verify")
         assert not out.exception_mask.any() and not out.spent.any() and not out.num_suffix_tokens.any()
 
 
 def test_strict_rows_in_a_mixed_batch_equal_sglang():
     """ASD rows next to strict rows do not change the strict rows."""
     for seed in range(20):
-        case = make_case(500 + seed, 64, 5, 10, shape="eagle", topk=3)
-        strict_rows = (case.remaining <= 0) | (case.gate <= 0) | (case.cap <= 0)
+        rnd = make_round(seed=500 + seed, bs=64, W=10, K=5, shape="eagle", topk=3)
+        strict_rows = (rnd.remaining <= 0) | (rnd.gate <= 0) | (rnd.cap <= 0)
         assert strict_rows.any() and not strict_rows.all()
-        want = sglang_result(case)
-        out = asd_verify(*case.verify_args(), stop_tokens=case.stop_tokens)
-        W = case.candidates.shape[1]
+        want = sglang_strict_result(*rnd.strict_links())
+        args, kwargs = rnd.args()
+        out = asd_verify(*args, **kwargs)
         assert torch.equal(out.accept_index[strict_rows], want[1][strict_rows])
         assert torch.equal(out.num_correct_drafts[strict_rows], want[2][strict_rows])
-        assert torch.equal(out.predict.view(-1, W)[strict_rows], want[0].view(-1, W)[strict_rows])
+        assert torch.equal(out.predict.view(64, 10)[strict_rows], want[0].view(64, 10)[strict_rows])
 
 
 def test_strict_verify_equals_sglang_with_given_target_predict():
-    case = make_case(9, 64, 4, 8, shape="eagle", topk=3, strict=True)
-    tp = case.logits.argmax(-1).view(64, 8)
-    got = strict_verify(case.candidates, case.logits, case.next_token, case.next_sibling, 4, target_predict=tp)
-    assert_same(got, sglang_result(case), "strict_verify(target_predict)")
+    rnd = make_round(seed=9, bs=64, W=8, K=4, shape="eagle", topk=3, rows="strict")
+    tp = rnd.logits.argmax(-1).view(64, 8)
+    got = strict_verify(*rnd.strict_links(), target_predict=tp)
+    assert_same(got, sglang_strict_result(*rnd.strict_links()), "strict_verify(target_predict)")
+
+
+@pytest.mark.parametrize("bs", [1, 8, 64])
+@pytest.mark.parametrize("given_argmax", [False, True])
+def test_depth_zero_is_a_strict_no_op_row(bs, given_argmax):
+    """SGLang's adaptive zero-step verify (W = 1, K = 0, at bs >= 8 by default): every row,
+    ASD rows included, accepts the root alone and emits its argmax, exactly as SGLang does."""
+    rnd = make_round(seed=bs, bs=bs, W=1, K=0, V=50, shape="chain", logits="hard", rows="asd")
+    args, kwargs = rnd.args(target_predict=given_argmax)
+    out = asd_verify(*args, **kwargs)
+    want = sglang_strict_result(*rnd.strict_links())
+    assert_same((out.predict, out.accept_index, out.num_correct_drafts), want, "asd_verify at depth 0")
+    assert torch.equal(out.predict, rnd.logits.argmax(-1).int())  # the bonus: the root's argmax
+    assert torch.equal(out.accept_index, torch.arange(bs, dtype=torch.int32)[:, None])
+    assert not out.num_correct_drafts.any() and not out.num_exceptions.any() and not out.num_suffix_tokens.any()
+    assert torch.equal(out.spent, torch.zeros(bs))
+    for name in ("exception_mask", "exception_regret", "target_token"):
+        assert getattr(out, name).shape == (bs, 0), name
 
 
 @pytest.mark.parametrize("field", ["remaining", "gate", "cap"])

@@ -1,37 +1,78 @@
-"""``sglang_asd.verify.asd_verify`` dispatch: Triton for CUDA logits, torch elsewhere, same outputs."""
+"""``sglang_asd.verify.asd_verify`` dispatch: CPU logits run the torch verifier without asking
+for Triton; CUDA logits run the fused kernel (same outputs); a Triton that does not import
+leaves the torch verifier, logged once."""
 
 from __future__ import annotations
 
 import dataclasses
+import logging
+import sys
 
 import pytest
 import torch
 
-import sglang_asd.verify as verify
-from sglang_asd.verify.cases import make_round
+from sglang_asd.testing import make_round
+from sglang_asd.verify import ASDVerifyOutput, asd_verify, dispatch
 from sglang_asd.verify.torch_verify import asd_verify as torch_asd_verify
 
 
-def test_cpu_logits_run_the_torch_verifier():
-    assert verify.verify_backend(torch.device("cpu")) == "torch"
-    rnd = make_round(3, 5, 3, 32, tree=True, seed=1, hard=True)
-    args, kwargs = rnd.args()
-    out, ref = verify.asd_verify(*args, **kwargs), torch_asd_verify(*args, **kwargs)
+def assert_same(out: ASDVerifyOutput, ref: ASDVerifyOutput):
     for f in dataclasses.fields(ref):
-        assert torch.equal(getattr(out, f.name), getattr(ref, f.name)), f.name
+        a, b = getattr(out, f.name), getattr(ref, f.name)
+        assert a.device == b.device and a.dtype == b.dtype and torch.equal(a, b), f.name
 
 
-def test_package_exports_are_kept():
-    assert {"ASDVerifyOutput", "asd_verify", "strict_verify", "verify_backend"} <= set(verify.__all__)
-    assert verify.asd_verify.__module__ == "sglang_asd.verify.dispatch"
+@pytest.mark.parametrize("given_argmax", [False, True])
+def test_cpu_logits_run_the_torch_verifier_and_never_ask_for_triton(monkeypatch, given_argmax):
+    calls = []
+
+    def torch_spy(*args, **kwargs):
+        calls.append(kwargs)
+        return torch_asd_verify(*args, **kwargs)
+
+    monkeypatch.setattr(dispatch, "_triton_verify", lambda: pytest.fail("Triton looked up for CPU logits"))
+    monkeypatch.setattr(dispatch, "torch_asd_verify", torch_spy)
+    rnd = make_round(seed=1, bs=3, W=5, K=3, V=32, shape="random", logits="hard")
+    args, kwargs = rnd.args(target_predict=given_argmax)
+    out = asd_verify(*args, **kwargs)
+    assert len(calls) == 1 and calls[0].keys() == {"stop_tokens", "target_predict"}
+    assert calls[0]["stop_tokens"] is rnd.stop_tokens
+    assert (calls[0]["target_predict"] is kwargs["target_predict"]) if given_argmax else calls[0]["target_predict"] is None
+    assert_same(out, torch_asd_verify(*args, **kwargs))
 
 
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
-def test_cuda_logits_run_the_triton_kernel_with_the_same_outputs():
+def test_triton_that_does_not_import_is_logged_once_and_leaves_torch(monkeypatch, caplog):
+    dispatch._triton_verify.cache_clear()
+    monkeypatch.setitem(sys.modules, "sglang_asd.verify.triton_verify", None)  # import raises ImportError
+    try:
+        with caplog.at_level(logging.WARNING, logger=dispatch.__name__):
+            assert dispatch._triton_verify() is None
+            assert dispatch._triton_verify() is None
+        assert len(caplog.records) == 1 and "Triton is not importable" in caplog.records[0].getMessage()
+    finally:
+        dispatch._triton_verify.cache_clear()
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device: the Triton branch runs only on CUDA logits")
+@pytest.mark.parametrize("given_argmax", [False, True])
+def test_cuda_logits_run_the_triton_kernel_with_the_same_outputs(monkeypatch, given_argmax):
     pytest.importorskip("triton")
-    assert verify.verify_backend(torch.device("cuda")) == "triton"
-    rnd = make_round(4, 6, 3, 4096, tree=True, seed=2, device="cuda", dtype=torch.bfloat16)
-    args, kwargs = rnd.args()
-    out, ref = verify.asd_verify(*args, **kwargs), torch_asd_verify(*args, **kwargs)
-    for f in dataclasses.fields(ref):
-        assert torch.equal(getattr(out, f.name), getattr(ref, f.name)), f.name
+    from sglang_asd.verify import triton_verify
+
+    calls, real = [], triton_verify.asd_verify_triton
+
+    def triton_spy(*args, **kwargs):
+        calls.append(args[1].device)
+        return real(*args, **kwargs)
+
+    dispatch._triton_verify.cache_clear()
+    monkeypatch.setattr(triton_verify, "asd_verify_triton", triton_spy)
+    try:
+        rnd = make_round(seed=2, bs=4, W=6, K=3, V=4096, shape="eagle", logits="normal", dtype=torch.bfloat16,
+                         device="cuda")
+        args, kwargs = rnd.args(target_predict=given_argmax)
+        out = asd_verify(*args, **kwargs)
+    finally:
+        dispatch._triton_verify.cache_clear()
+    assert len(calls) == 1 and calls[0].type == "cuda"
+    assert_same(out, torch_asd_verify(*args, **kwargs))

@@ -15,8 +15,8 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
+from sglang_asd.testing import make_round
 from sglang_asd.verify import ASDVerifyOutput, asd_verify
-from sglang_asd.verify.cases import make_round
 from sglang_asd.verify.tp import broadcast_decision
 
 WORLD = 2
@@ -30,7 +30,7 @@ def _worker(rank: int, init_method: str, outdir: str) -> None:
     dist.init_process_group("gloo", init_method=init_method, rank=rank, world_size=WORLD,
                             timeout=datetime.timedelta(seconds=60))
     try:
-        rnd = make_round(4, 7, 3, 64, tree=True, seed=5, hard=True)  # same seed: same inputs on every rank
+        rnd = make_round(seed=5, bs=4, W=7, K=3, V=64, shape="random", logits="hard")  # same inputs on every rank
         args, kwargs = rnd.args()
         same = asd_verify(*args, **kwargs)
         logits = rnd.logits if rank == 0 else torch.roll(rnd.logits, 1, dims=1)  # rank 1 sees other logits
@@ -70,7 +70,7 @@ def test_perturbed_logits_disagree_until_broadcast(ranks):
 
 def test_broadcast_round_trips_every_dtype_bit_for_bit():
     """Packing alone (one rank): fields come back with their dtype, shape and bits."""
-    rnd = make_round(3, 5, 4, 32, tree=False, seed=8, hard=True)
+    rnd = make_round(seed=8, bs=3, W=5, K=4, V=32, shape="chain", logits="hard")
     args, kwargs = rnd.args()
     out = asd_verify(*args, **kwargs)
     out = dataclasses.replace(out, spent=torch.tensor([0.1, float("inf"), -0.0]))

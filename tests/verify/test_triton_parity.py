@@ -31,9 +31,8 @@ if not torch.cuda.is_available():
 
     _DELEGATE = type(_std.max).__name__ != "InterpretedFunction"
 
-from sglang_asd.verify import strict_verify  # noqa: E402
+from sglang_asd.testing import make_round, sglang_links, sglang_strict_result, strict_verify  # noqa: E402
 from sglang_asd.verify import triton_verify as tv  # noqa: E402
-from sglang_asd.verify.cases import links_from_parents, make_round  # noqa: E402
 from sglang_asd.verify.torch_verify import asd_verify as torch_asd_verify  # noqa: E402
 
 # the interpreter evaluates -inf - -inf (an all-masked row) in numpy, which warns
@@ -70,55 +69,70 @@ def assert_same(ref, out):
 def check(rnd, *, target_predict=False, split=None, block_v=TINY_BLOCK):
     args, kwargs = rnd.args(target_predict=target_predict)
     ref = torch_asd_verify(*args, **kwargs)
-    out = tv.launch(*args, **kwargs, split=split, block_v=block_v)
+    out = tv.asd_verify_triton(*args, **kwargs, split=split, block_v=block_v)
     assert_same(ref, out)
     return ref
+
+
+def hard_round(seed, bs, W, K, V, shape, **kw):
+    """Ties, exact gate boundaries, -inf, all -inf and NaN rows, duplicate siblings, stop tokens,
+    and for random trees nodes outside the tree and one level deeper than K."""
+    extra = dict(orphans=0.05, too_deep=0.1) if shape == "random" else {}
+    return make_round(seed=seed, bs=bs, W=W, K=K, V=V, shape=shape, logits="hard", masked=0.1, device=DEVICE,
+                      **extra, **kw)
 
 
 @pytest.mark.parametrize("seed", range(8))
 def test_chain_parity(seed):
     K = 1 + seed % 5
     V = (16, 37, 64)[seed % 3]
-    rnd = make_round(4, K + 1, K, V, tree=False, seed=seed, hard=True, device=DEVICE)
-    check(rnd, split=1 + seed % 3)
+    check(hard_round(seed, 4, K + 1, K, V, "chain"), split=1 + seed % 3)
 
 
 @pytest.mark.parametrize("seed", range(10))
 def test_tree_parity(seed):
     W, K = (4, 5, 6)[seed % 3], (2, 3, 4)[seed % 3 if seed < 9 else 0]
-    rnd = make_round(4, W, K, (29, 64)[seed % 2], tree=True, seed=100 + seed, hard=True, device=DEVICE)
-    check(rnd, split=(1, 2, 4)[seed % 3])
+    check(hard_round(100 + seed, 4, W, K, (29, 64)[seed % 2], "random"), split=(1, 2, 4)[seed % 3])
 
 
 @pytest.mark.parametrize("shape,reverse,orphans", [("eagle", False, 0.0), ("random", True, 0.2), ("chain", False, 0.0)])
 def test_parity_on_sglang_shaped_trees(shape, reverse, orphans):
-    """The torch engineer's cases: EAGLE topk trees as SGLang builds them, sibling lists in
-    reverse index order, nodes dropped from the tree, logits on a 1/8 grid."""
-    from asd_cases import make_case
-
+    """EAGLE topk trees as SGLang builds them, sibling lists in reverse index order, nodes
+    dropped from the tree, logits on a 1/8 grid."""
     for seed in range(2):
-        case = make_case(seed, bs=4, K=3, W=4 if shape == "chain" else 7, V=24, shape=shape, topk=2,
-                         reverse_siblings=reverse, orphans=orphans)
-        args = tuple(a.to(DEVICE) if isinstance(a, torch.Tensor) else a for a in case.verify_args())
-        stop = case.stop_tokens.to(DEVICE)
-        ref = torch_asd_verify(*args, stop_tokens=stop)
-        assert_same(ref, tv.launch(*args, stop_tokens=stop, split=2, block_v=8))
+        rnd = make_round(seed=seed, bs=4, W=4 if shape == "chain" else 7, K=3, V=24, shape=shape, topk=2,
+                         reverse_siblings=reverse, orphans=orphans, device=DEVICE)
+        check(rnd, split=2, block_v=8)
+
+
+@pytest.mark.parametrize("bs", [1, 8, 9])
+@pytest.mark.parametrize("target_predict", [False, True])
+def test_depth_zero_is_sglang_strict(bs, target_predict):
+    """SGLang's adaptive zero-step verify (W = 1, K = 0) with ASD rows: the root alone, its
+    argmax as the bonus, per-position outputs [bs, 0], exactly SGLang's strict result."""
+    rnd = make_round(seed=bs, bs=bs, W=1, K=0, V=40, shape="chain", logits="hard", rows="asd", device=DEVICE)
+    args, kwargs = rnd.args(target_predict=target_predict)
+    out = tv.asd_verify_triton(*args, **kwargs, split=None if target_predict else 2, block_v=TINY_BLOCK)
+    assert_same(torch_asd_verify(*args, **kwargs), out)
+    predict, accept_index, num_correct = sglang_strict_result(*rnd.strict_links())
+    assert torch.equal(out.predict.cpu(), predict) and torch.equal(out.accept_index.cpu(), accept_index)
+    assert torch.equal(out.num_correct_drafts.cpu(), num_correct) and not num_correct.any()
+    assert torch.equal(out.accept_index.cpu(), torch.arange(bs, dtype=torch.int32)[:, None])
+    assert not out.spent.any() and not out.num_exceptions.any() and out.exception_mask.shape == (bs, 0)
 
 
 @pytest.mark.parametrize("tree", [False, True])
 def test_target_predict_skips_the_vocab_pass(tree):
-    rnd = make_round(3, 5, 4 if not tree else 3, 48, tree=tree, seed=7, hard=True, device=DEVICE)
-    check(rnd, target_predict=True)
+    check(hard_round(7, 3, 5, 3 if tree else 4, 48, "random" if tree else "chain"), target_predict=True)
 
 
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
 def test_half_precision_logits(dtype):
-    rnd = make_round(3, 5, 3, 40, tree=True, seed=11, hard=True, dtype=dtype, device=DEVICE)
-    check(rnd, split=2)
+    check(hard_round(11, 3, 5, 3, 40, "random", dtype=dtype), split=2)
 
 
 def test_no_stop_tokens_and_strided_logits():
-    rnd = make_round(2, 4, 3, 33, tree=False, seed=5, hard=True, stop=False, device=DEVICE)
+    rnd = hard_round(5, 2, 4, 3, 33, "chain", stop=False)
     wide = torch.full((rnd.logits.shape[0], 40), 7.0, device=DEVICE)
     wide[:, :33] = rnd.logits
     rnd.logits = wide[:, :33]  # row stride 40, not 33
@@ -129,7 +143,7 @@ def test_no_stop_tokens_and_strided_logits():
 def test_ties_take_the_lowest_index():
     # rows of node 0 and 2: all logits equal (argmax 0); node 1: two maxima at 5 and 17 (argmax 5)
     bs, K, V = 2, 3, 24
-    rnd = make_round(bs, K + 1, K, V, tree=False, seed=3, hard=True, stop=False, device=DEVICE)
+    rnd = hard_round(3, bs, K + 1, K, V, "chain", stop=False)
     rnd.logits = torch.zeros_like(rnd.logits)
     rnd.logits[1::2, 5] = 1.0
     rnd.logits[1::2, 17] = 1.0
@@ -141,13 +155,12 @@ def test_ties_take_the_lowest_index():
 
 
 def test_budget_zero_is_strict_greedy():
-    rnd = make_round(4, 6, 3, 48, tree=True, seed=21, hard=True, device=DEVICE)
+    rnd = hard_round(21, 4, 6, 3, 48, "random")
     rnd.remaining.zero_()
     args, kwargs = rnd.args()
-    out = tv.launch(*args, **kwargs, split=2, block_v=TINY_BLOCK)
+    out = tv.asd_verify_triton(*args, **kwargs, split=2, block_v=TINY_BLOCK)
     assert_same(torch_asd_verify(*args, **kwargs), out)
-    predict, accept_index, num_correct = strict_verify(rnd.candidates, rnd.logits, rnd.retrive_next_token,
-                                                       rnd.retrive_next_sibling, rnd.depth)
+    predict, accept_index, num_correct = strict_verify(*rnd.strict_links())
     assert torch.equal(out.predict, predict) and torch.equal(out.accept_index, accept_index)
     assert torch.equal(out.num_correct_drafts, num_correct)
     assert not out.exception_mask.any() and int(out.num_exceptions.sum()) == 0 and float(out.spent.sum()) == 0.0
@@ -158,7 +171,7 @@ def test_masked_and_stop_tokens_are_never_exceptions():
     # (position 1) and the stop token (position 2, row 1)
     K, V = 3, 16
     parents = [-1, 0, 1, 2]
-    nt, ns = links_from_parents(parents)
+    nt, ns = sglang_links(parents)
     logits = torch.zeros(2 * 4, V)
     logits[:, 0] = 0.5
     logits[[1, 5], 3] = float("-inf")
@@ -168,13 +181,13 @@ def test_masked_and_stop_tokens_are_never_exceptions():
             torch.tensor([1.0, 1.0]), torch.tensor([3, 3], dtype=torch.int32), K)
     args = tuple(a.to(DEVICE) if isinstance(a, torch.Tensor) else a for a in args)
     ref = torch_asd_verify(*args, stop_tokens=stop.to(DEVICE))
-    out = tv.launch(*args, stop_tokens=stop.to(DEVICE), split=1, block_v=TINY_BLOCK)
+    out = tv.asd_verify_triton(*args, stop_tokens=stop.to(DEVICE), split=1, block_v=TINY_BLOCK)
     assert_same(ref, out)
     assert out.num_correct_drafts.tolist() == [1, 2]  # row 0 stops at the -inf token, row 1 at the stop token
 
 
 def test_outputs_are_fresh_buffers():
-    rnd = make_round(2, 4, 3, 20, tree=False, seed=9, hard=True, device=DEVICE)
+    rnd = hard_round(9, 2, 4, 3, 20, "chain")
     args, kwargs = rnd.args()
     a = tv.asd_verify_triton(*args, **kwargs)
     b = tv.asd_verify_triton(*args, **kwargs)
@@ -186,13 +199,13 @@ def test_outputs_are_fresh_buffers():
 
 
 def test_bad_shapes_are_refused_with_the_value_got():
-    rnd = make_round(2, 4, 3, 20, tree=False, seed=9, device=DEVICE)
+    rnd = hard_round(9, 2, 4, 3, 20, "chain")
     args, kwargs = rnd.args()
     bad = (args[0], args[1][:-1]) + args[2:]
     with pytest.raises(ValueError, match=r"logits must be \[bs\*W, V\] = \[8, V\], got shape \(7, 20\)"):
         tv.asd_verify_triton(*bad, **kwargs)
-    with pytest.raises(ValueError, match="depth must be an integer >= 1, got 0"):
-        tv.asd_verify_triton(*args[:-1], 0, **kwargs)
+    with pytest.raises(ValueError, match="depth must be an integer >= 0, got -1"):
+        tv.asd_verify_triton(*args[:-1], -1, **kwargs)
 
 
 class _RecordingKernel:
@@ -216,7 +229,7 @@ def test_wrapper_never_syncs_and_its_launch_depends_on_shapes_only(monkeypatch, 
     vocab, select = _RecordingKernel(), _RecordingKernel()
     monkeypatch.setattr(tv, "row_argmax_partials_kernel", vocab)
     monkeypatch.setattr(tv, "asd_select_kernel", select)
-    rounds = [make_round(3, 6, 3, 40, tree=True, seed=s, hard=True, device=DEVICE) for s in (1, 2)]
+    rounds = [hard_round(s, 3, 6, 3, 40, "random") for s in (1, 2)]
     calls = [rnd.args(target_predict=target_predict) for rnd in rounds]
     for name in ("item", "tolist", "cpu", "numpy", "__bool__", "__int__", "__float__", "__index__"):
         monkeypatch.setattr(torch.Tensor, name, lambda *a, _n=name, **k: pytest.fail(f"Tensor.{_n} on the hot path"))

@@ -1,12 +1,12 @@
 """Microbenchmark: ASD verify vs strict greedy verify on identical inputs.
 
 Both arms take the same final logits and draft tree and do one argmax pass over the
-vocabulary; the rest is O(bs * W) work. The strict arm is ``sglang_asd.verify.strict_verify``,
+vocabulary; the rest is O(bs * W) work. The strict arm is ``sglang_asd.testing.strict_verify``,
 a torch re-implementation of SGLang's greedy verify (argmax + tree walk): SGLang's own
 ``verify_tree_greedy_func`` needs ``sgl_kernel``, which is not installed in this venv.
 
-    .venv/bin/python benchmarks/verify_microbench.py --out out/verify_bench.json          # reduced grid
-    .venv/bin/python benchmarks/verify_microbench.py --grid full --out out/verify_full.json
+    .venv/bin/python scripts/verify_microbench.py --out out/verify_bench.json          # reduced grid
+    .venv/bin/python scripts/verify_microbench.py --grid full --out out/verify_full.json
 
 Writes ``--out`` (JSON: environment + one record per case) and the same stem with ``.md``
 (a markdown table). Runs on CPU, and on CUDA too when available (``--devices``).
@@ -18,17 +18,16 @@ from __future__ import annotations
 import argparse
 import itertools
 import json
-import math
 import os
 import pathlib
 import platform
-import random
 import statistics
 import time
 
 import torch
 
-from sglang_asd.verify import asd_verify, strict_verify
+from sglang_asd.testing import make_round, strict_verify
+from sglang_asd.verify import asd_verify
 
 GRIDS = {
     # (bs, W) pairs x V x shape; "reduced" fits a shared 2-core machine in about a minute.
@@ -38,62 +37,19 @@ GRIDS = {
 
 
 def tree_shape(W: int):
-    """(K, topk) of the EAGLE-like tree used for W nodes (chains use K = W - 1, topk = 1)."""
+    """(K, topk) of the EAGLE topk tree used for W nodes (chains use K = W - 1, topk = 1)."""
     return max(2, min(5, W // 2)), (2 if W <= 8 else 4)
 
 
-def eagle_parents(rng: random.Random, topk: int, K: int, W: int):
-    """Parents of an EAGLE topk tree (best-scoring W - 1 candidates, BFS-ordered ids)."""
-    cands = [(math.log(rng.random() + 1e-12), -1) for _ in range(topk)]
-    frontier = list(range(topk))
-    for _ in range(K - 1):
-        start = len(cands)
-        for c in frontier:
-            cands += [(cands[c][0] + math.log(rng.random() + 1e-12), c) for _ in range(topk)]
-        frontier = sorted(range(start, len(cands)), key=lambda c: -cands[c][0])[:topk]
-    chosen = sorted(sorted(range(len(cands)), key=lambda c: -cands[c][0])[: W - 1])
-    node_of = {c: i + 1 for i, c in enumerate(chosen)}
-    return [-1] + [node_of[cands[c][1]] if cands[c][1] >= 0 else 0 for c in chosen]
-
-
-def links(parents):
-    """SGLang's (retrive_next_token, retrive_next_sibling) for a parent array."""
-    W = len(parents)
-    next_token, next_sibling = [-1] * W, [-1] * W
-    for i in range(W - 1, 0, -1):
-        p = parents[i]
-        if next_token[p] != -1:
-            next_sibling[i] = next_token[p]
-        next_token[p] = i
-    return next_token, next_sibling
-
-
 def make_inputs(bs: int, W: int, V: int, shape: str, device: str, seed: int = 0):
-    rng = random.Random(seed)
-    gen = torch.Generator().manual_seed(seed)
+    """One round from ``sglang_asd.testing.make_round``: N(0, 9) logits, planted drafts, every row
+    budget 8, gate 0.25, cap 2, three stop-token slots."""
     K, topk = (W - 1, 1) if shape == "chain" else tree_shape(W)
-    logits = torch.randn((bs * W, V), generator=gen)
-    argmax = logits.argmax(-1).view(bs, W).tolist()
-    cand, nt, ns = [], [], []
-    for b in range(bs):
-        parents = list(range(-1, W - 1)) if shape == "chain" else eagle_parents(rng, topk, K, W)
-        # Drafts that agree with the target 70% of the time, near-misses otherwise.
-        cand.append([0] + [argmax[b][parents[n]] if rng.random() < 0.7 else rng.randrange(V) for n in range(1, W)])
-        a, s = links(parents)
-        nt.append(a)
-        ns.append(s)
-    to = dict(device=device)
-    return dict(
-        candidates=torch.tensor(cand, **to),
-        logits=logits.to(device),
-        retrive_next_token=torch.tensor(nt, **to),
-        retrive_next_sibling=torch.tensor(ns, **to),
-        remaining=torch.full((bs,), 8.0, **to),
-        gate=torch.full((bs,), 0.25, **to),
-        cap=torch.full((bs,), 2, dtype=torch.int32, **to),
-        depth=K,
-        stop_tokens=torch.tensor([[2, -1]] * bs, **to),
-    )
+    rnd = make_round(seed=seed, bs=bs, W=W, K=K, V=V, shape="chain" if shape == "chain" else "eagle", topk=topk,
+                     logits="normal", rows="asd", device=device)
+    args, kwargs = rnd.args()
+    names = ("candidates", "logits", "retrive_next_token", "retrive_next_sibling", "remaining", "gate", "cap", "depth")
+    return dict(zip(names, args), **kwargs)
 
 
 def run_asd(x):
@@ -163,7 +119,7 @@ def main():
                cpus=os.cpu_count(), load_average=[round(x, 2) for x in os.getloadavg()],
                threads=args.threads, repeats=args.repeats, grid=args.grid,
                cuda=torch.cuda.get_device_name() if torch.cuda.is_available() else None,
-               strict_impl="sglang_asd.verify.strict_verify (torch; sgl_kernel not installed)")
+               strict_impl="sglang_asd.testing.strict_verify (torch; sgl_kernel not installed)")
     out = pathlib.Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(dict(env=env, records=records), indent=2))

@@ -1,0 +1,92 @@
+"""The pure rule (``sglang_asd.policy.select_tree``) as the batched verifier's expected tensors.
+
+``node_regrets`` measures each node's regret on its own route, not the verifier's: the gap of
+log-probabilities under the parent's ``log_softmax`` (float64), log p(argmax) - log p(token),
+which equals the logit gap (spec section 2). ``reference_outputs`` runs ``select_tree`` row by
+row with those regrets and lays the decisions out as ``ASDVerifyOutput``'s fields.
+"""
+
+from __future__ import annotations
+
+from typing import List, Optional
+
+import torch
+
+from sglang_asd.policy import ASDConfig, Ledger, select_tree
+from sglang_asd.testing import VerifyRound
+
+
+def node_regrets(rnd: VerifyRound, target_predict: torch.Tensor) -> List[List[float]]:
+    """regret[b][n] of node n's token under its parent's logits relative to ``target_predict``
+    at the parent, clamped at 0 (a given target_predict need not be the argmax), rounded to
+    float32; inf for a masked token, NaN for a row without a defined distribution; 0 at the
+    root and at nodes outside the tree."""
+    bs, W = rnd.candidates.shape
+    log_p = torch.log_softmax(rnd.logits.double().cpu(), dim=-1).view(bs, W, -1)  # [bs, W, V]
+    tp, tokens = target_predict.long().cpu().tolist(), rnd.candidates.cpu().tolist()
+    regrets = []
+    for b, parents in enumerate(rnd.parents):
+        row = [0.0] * W
+        for n in range(1, W):
+            p = parents[n]
+            if p >= 0:
+                gap = float(log_p[b, p, tp[b][p]] - log_p[b, p, tokens[b][n]])
+                row[n] = float(torch.tensor(max(gap, 0.0) if gap == gap else gap, dtype=torch.float32))
+        regrets.append(row)
+    return regrets
+
+
+def reference_outputs(rnd: VerifyRound, target_predict: Optional[torch.Tensor] = None) -> dict:
+    """select_tree on every row, as the tensors ``asd_verify`` must return (on the CPU)."""
+    bs, W = rnd.candidates.shape
+    K = rnd.depth
+    tp = rnd.logits.argmax(-1).view(bs, W) if target_predict is None else target_predict.long()
+    regrets = node_regrets(rnd, tp)
+    tp_rows = tp.cpu().tolist()
+    tokens = rnd.candidates.cpu().tolist()
+    stops = [[]] * bs if rnd.stop_tokens is None else rnd.stop_tokens.cpu().tolist()
+    remaining, gate, cap = rnd.remaining.tolist(), rnd.gate.tolist(), rnd.cap.tolist()
+    predict = [0] * (bs * W)
+    accept_index = [[-1] * (K + 1) for _ in range(bs)]
+    target_token = [[-1] * K for _ in range(bs)]
+    exception_mask = [[False] * K for _ in range(bs)]
+    exception_regret = [[0.0] * K for _ in range(bs)]
+    num_correct, spent, num_exceptions, num_suffix = [], [], [], []
+    for b in range(bs):
+        decision = select_tree(
+            tokens=tokens[b],
+            parents=rnd.parents[b],
+            target_argmax=tp_rows[b],
+            regret=regrets[b],
+            depth=K,
+            ledger=Ledger(budget=max(remaining[b], 0.0)),
+            config=ASDConfig(gate=gate[b], max_exceptions_per_block=cap[b]),
+            stop_tokens=frozenset(stops[b]) - {-1},
+        )
+        nodes = (0,) + decision.path  # the node at slot s; slot i + 1 holds draft position i
+        emitted = list(decision.accepted) + [decision.bonus]
+        for s, node in enumerate(nodes):
+            predict[b * W + node] = emitted[s]
+            accept_index[b][s] = b * W + node
+            if s < K:
+                target_token[b][s] = tp_rows[b][node]  # the argmax that judges draft position s
+        for i in decision.exceptions:
+            exception_mask[b][i] = True
+            exception_regret[b][i] = regrets[b][decision.path[i]]
+        n = len(decision.path)
+        first = decision.exceptions[0] if decision.exceptions else n
+        num_correct.append(n)
+        spent.append(decision.spent)
+        num_exceptions.append(len(decision.exceptions))
+        num_suffix.append(sum(1 for i in range(first + 1, n) if i not in decision.exceptions))
+    return {
+        "predict": torch.tensor(predict, dtype=torch.int32),
+        "accept_index": torch.tensor(accept_index, dtype=torch.int32).view(bs, K + 1),
+        "num_correct_drafts": torch.tensor(num_correct, dtype=torch.int32),
+        "spent": torch.tensor(spent, dtype=torch.float32),
+        "num_exceptions": torch.tensor(num_exceptions, dtype=torch.int32),
+        "exception_mask": torch.tensor(exception_mask, dtype=torch.bool).view(bs, K),
+        "exception_regret": torch.tensor(exception_regret, dtype=torch.float32).view(bs, K),
+        "target_token": torch.tensor(target_token, dtype=torch.int64).view(bs, K),
+        "num_suffix_tokens": torch.tensor(num_suffix, dtype=torch.int32),
+    }
