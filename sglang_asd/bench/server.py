@@ -98,6 +98,7 @@ def target_servers(args) -> Iterator[tuple[str, Optional[str]]]:
     """``(url, plain_url)`` for the ``with`` block: each from its ``--*url`` or started from its
     ``--*launch`` (plain_url None when there is no plain arm)."""
     with contextlib.ExitStack() as stack:
+        stack.enter_context(stop_on_sigterm())
         if args.launch is None:
             url = args.url.rstrip("/")
         else:
@@ -110,6 +111,24 @@ def target_servers(args) -> Iterator[tuple[str, Optional[str]]]:
             plain_url = stack.enter_context(LaunchedServer(plain_args, args.out / "plain_server.log",
                                                            args.launch_timeout))
         yield url, (plain_url.rstrip("/") if plain_url else None)
+
+
+@contextlib.contextmanager
+def stop_on_sigterm() -> Iterator[None]:
+    """Within the block, SIGTERM (``kill PID``) raises SystemExit, so launched servers are stopped
+    and the run log stays consistent; the previous handler is restored afterwards."""
+    def handler(signum, frame):
+        raise SystemExit(128 + signum)
+
+    try:
+        previous = signal.signal(signal.SIGTERM, handler)
+    except ValueError:  # not the main thread: leave signals alone
+        yield
+        return
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 def server_info(url: str) -> dict:

@@ -80,3 +80,32 @@ def test_speed_launches_both_servers_and_stops_them(tmp_path, monkeypatch):
     assert result["plain_server"]["speculative_algorithm"] is None
     assert [r["arm"] for r in result["arms"]] == ["plain", "strict", "b8"]
     assert "--model-path m --port" in (out / "plain_server.log").read_text()
+
+
+def test_sigterm_stops_the_launched_server(tmp_path):
+    """``kill PID`` of a benchmark must not leave its server behind."""
+    import signal
+    import subprocess
+    import time
+
+    shim = _shim(tmp_path, f'exec {sys.executable} {FAKE} "$@"')
+    code = f"""
+import sys, time, types
+from sglang_asd.bench import server
+class Shim(server.LaunchedServer):
+    def __init__(self, a, log, timeout=900.0):
+        super().__init__(a, log, timeout, python={shim!r})
+server.LaunchedServer = Shim
+args = types.SimpleNamespace(launch="", url=None, out=__import__("pathlib").Path({str(tmp_path)!r}), launch_timeout=30)
+with server.target_servers(args) as (url, _):
+    print(url, flush=True)
+    time.sleep(60)
+"""
+    child = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    url = child.stdout.readline().strip()
+    assert requests.get(url + "/health", timeout=5).status_code == 200
+    child.send_signal(signal.SIGTERM)
+    assert child.wait(timeout=60) == 128 + signal.SIGTERM
+    time.sleep(0.5)
+    with pytest.raises(requests.ConnectionError):
+        requests.get(url + "/health", timeout=5)
