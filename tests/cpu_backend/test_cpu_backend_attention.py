@@ -5,6 +5,7 @@ import torch
 
 from sglang_asd.cpu_backend import attention_ops as ops
 from sglang_asd.cpu_backend import spec_tree_ops
+from sglang_asd.testing import eagle_draft
 
 H, HKV, DK, DV = 4, 2, 16, 8  # GQA: two query heads per KV head; V narrower than K
 NUM_SLOTS, POOL_LEN = 256, 48
@@ -205,9 +206,7 @@ def test_extend_variants(kwargs):
 
 
 def eagle_tree_mask(bs, topk, depth, W, seed):
-    from test_cpu_backend_spec_tree import eagle_draft_tree  # noqa: PLC0415 (sibling test module)
-
-    parent_list, selected = eagle_draft_tree(bs, topk, depth, W, torch.Generator().manual_seed(seed))
+    parent_list, selected = eagle_draft(bs, topk, depth, W, torch.Generator().manual_seed(seed))
     mask = torch.empty(bs * W * W, dtype=torch.bool)
     retrieve = torch.full((3, bs, W), -1, dtype=torch.long)
     spec_tree_ops.build_tree_kernel_efficient_cpu(

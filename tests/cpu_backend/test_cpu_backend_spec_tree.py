@@ -6,32 +6,10 @@ import pytest
 import torch
 
 from sglang_asd.cpu_backend import spec_tree_ops as ops
+from sglang_asd.testing import eagle_draft
+from sglang_asd.testing import verify_tree_greedy_port
 
 # ---------------------------------------------------------------- references
-
-
-def eagle_draft_tree(bs, topk, depth, W, gen):
-    """(parent_list, selected_index) shaped like EAGLE's organize_draft_results.
-
-    Step 0 offers topk children of the root (score ids 0..topk-1); step i >= 1
-    offers topk children of each of the topk nodes expanded at step i-1 (score
-    ids topk + (i-1)*topk^2 + ...); scores multiply along a path, so a selected
-    node's parent is always selected too.
-    """
-    p0 = torch.rand(bs, topk, generator=gen).sort(1, descending=True).values
-    score_list = [p0]
-    parents = [torch.arange(-1, topk).expand(bs, -1)]
-    cur = p0
-    for i in range(1, depth):
-        expand = cur.unsqueeze(2) * torch.rand(bs, topk, topk, generator=gen)
-        score_list.append(expand.flatten(1))
-        cs_p, cs_idx = expand.flatten(1).topk(topk, dim=1)
-        parents.append(cs_idx + topk * topk * (i - 1) + topk)
-        cur = cs_p
-    scores = torch.cat(score_list, 1)
-    selected = scores.topk(W - 1, dim=1).indices.sort(1).values
-    parent_list = torch.cat(parents[:-1], 1) if len(parents) > 1 else torch.empty(bs, 0, dtype=torch.long)
-    return parent_list, selected
 
 
 def naive_build_tree(parent_list, selected, seq_lens, topk, depth, W, mode):
@@ -103,33 +81,6 @@ def run_build_tree(parent_list, selected, seq_lens, topk, depth, W, mode):
     return tree_mask, positions, retrieve
 
 
-def naive_verify(candidates, ridx, nxt, sib, target, S):
-    """Per-row transliteration of verify_tree_greedy."""
-    bs, W = len(candidates), len(candidates[0])
-    predicts = [0] * (bs * W)
-    accept = [[-1] * S for _ in range(bs)]
-    num = [0] * bs
-    tflat = [t for row in target for t in row]
-    for b in range(bs):
-        last = ridx[b][0]
-        accept[b][0] = last
-        cur = 0
-        for _ in range(1, S):
-            cur = nxt[b][cur]
-            while cur != -1:
-                if candidates[b][cur] == tflat[last]:
-                    predicts[last] = tflat[last]
-                    num[b] += 1
-                    accept[b][num[b]] = ridx[b][cur]
-                    last = ridx[b][cur]
-                    break
-                cur = sib[b][cur]
-            if cur == -1:
-                break
-        predicts[last] = tflat[last]
-    return predicts, accept, num
-
-
 def naive_reconstruct(mask, seq_lens, W):
     """Per-node transliteration of reconstruct_indices_from_tree_mask."""
     bs = len(seq_lens)
@@ -194,7 +145,7 @@ TREE_CASES = [  # (topk, depth, W)
 def test_build_tree_matches_naive(topk, depth, W, mode):
     gen = torch.Generator().manual_seed(100 * topk + 10 * depth + W)
     bs = 3
-    parent_list, selected = eagle_draft_tree(bs, topk, depth, W, gen)
+    parent_list, selected = eagle_draft(bs, topk, depth, W, gen)
     seq_lens = [5, 1, 12]
     mask, positions, (ridx, nxt, sib) = run_build_tree(parent_list, selected, seq_lens, topk, depth, W, mode)
     ref_mask, ref_pos, ref_ridx, ref_nxt, ref_sib = naive_build_tree(
@@ -213,7 +164,7 @@ def test_build_tree_matches_naive(topk, depth, W, mode):
 
 def test_build_tree_chain_is_causal():
     bs, W, depth = 2, 5, 4
-    parent_list, selected = eagle_draft_tree(bs, 1, depth, W, torch.Generator().manual_seed(0))
+    parent_list, selected = eagle_draft(bs, 1, depth, W, torch.Generator().manual_seed(0))
     mask, positions, (ridx, nxt, sib) = run_build_tree(parent_list, selected, [7, 3], 1, depth, W, ops.QLEN_ONLY)
     assert torch.equal(mask.view(bs, W, W), torch.ones(W, W, dtype=torch.bool).tril().expand(bs, W, W))
     assert positions.view(bs, W).tolist() == [list(range(7, 12)), list(range(3, 8))]
@@ -221,7 +172,7 @@ def test_build_tree_chain_is_causal():
 
 
 def test_build_tree_int32_and_empty_batch():
-    parent_list, selected = eagle_draft_tree(2, 2, 3, 6, torch.Generator().manual_seed(5))
+    parent_list, selected = eagle_draft(2, 2, 3, 6, torch.Generator().manual_seed(5))
     ref = naive_build_tree(parent_list, selected, [4, 2], 2, 3, 6, ops.QLEN_ONLY)
     tree_mask = torch.empty(2 * 36, dtype=torch.bool)
     retrieve = torch.full((3, 2, 6), -1, dtype=torch.int32)
@@ -242,7 +193,7 @@ def test_build_tree_int32_and_empty_batch():
 
 
 def test_build_tree_malformed_parent_warns_and_matches_naive():
-    parent_list, selected = eagle_draft_tree(1, 2, 3, 6, torch.Generator().manual_seed(9))
+    parent_list, selected = eagle_draft(1, 2, 3, 6, torch.Generator().manual_seed(9))
     parent_list = parent_list.clone()
     parent_list[0, 3:] = 999  # parents that are not among the selected nodes
     ref = naive_build_tree(parent_list, selected, [3], 2, 3, 6, ops.QLEN_ONLY)
@@ -261,7 +212,7 @@ def test_build_tree_malformed_parent_warns_and_matches_naive():
 def test_verify_tree_greedy_matches_naive(topk, depth, W, seed):
     gen = torch.Generator().manual_seed(seed * 31 + W)
     bs, vocab = 5, 3  # a tiny vocab gives every accept length
-    parent_list, selected = eagle_draft_tree(bs, topk, depth, W, gen)
+    parent_list, selected = eagle_draft(bs, topk, depth, W, gen)
     _, _, (ridx, nxt, sib) = run_build_tree(parent_list, selected, [4] * bs, topk, depth, W, ops.QLEN_ONLY)
     candidates = torch.randint(0, vocab, (bs, W), generator=gen)
     target = torch.randint(0, vocab, (bs, W), generator=gen)
@@ -270,7 +221,8 @@ def test_verify_tree_greedy_matches_naive(topk, depth, W, seed):
     accept_index = torch.full((bs, S), -1, dtype=torch.int32)
     accept_num = torch.empty(bs, dtype=torch.int32)
     ops.verify_tree_greedy_cpu(predicts, accept_index, accept_num, candidates, ridx, nxt, sib, target)
-    ref_pred, ref_acc, ref_num = naive_verify(candidates.tolist(), ridx.tolist(), nxt.tolist(), sib.tolist(), target.tolist(), S)
+    ref_pred, ref_acc, ref_num = verify_tree_greedy_port(candidates.tolist(), ridx.tolist(), nxt.tolist(), sib.tolist(),
+                                                         target.view(-1).tolist(), S)
     assert predicts.tolist() == ref_pred
     assert accept_index.tolist() == ref_acc
     assert accept_num.tolist() == ref_num
@@ -330,7 +282,7 @@ def test_reconstruct_matches_naive(W):
 @pytest.mark.parametrize("topk,depth,W", [(2, 3, 6), (3, 4, 10)])
 def test_reconstruct_inverts_build_tree(topk, depth, W):
     """The links recovered from build_tree's QLEN mask are build_tree's own links."""
-    parent_list, selected = eagle_draft_tree(2, topk, depth, W, torch.Generator().manual_seed(W))
+    parent_list, selected = eagle_draft(2, topk, depth, W, torch.Generator().manual_seed(W))
     mask, positions, (ridx, nxt, sib) = run_build_tree(parent_list, selected, [6, 2], topk, depth, W, ops.QLEN_ONLY)
     out = torch.empty(4, 2, W, dtype=torch.long)
     ops.reconstruct_indices_from_tree_mask(mask, torch.tensor([6, 2]), out[0].view(-1), out[1], out[2], out[3], 2, W)
