@@ -155,7 +155,8 @@ def tree_speculative_sampling_target_only(
     prob_acc = torch.zeros(bs, dtype=target_probs.dtype, device=dev)
     alive = torch.ones(bs, dtype=torch.bool, device=dev)
     for _ in range(1, S):
-        cur = torch.where(alive, retrive_next_token.gather(1, cur[:, None]).squeeze(1), torch.full_like(cur, -1))
+        child = retrive_next_token.gather(1, cur.clamp(min=0)[:, None]).squeeze(1)
+        cur = torch.where(alive, child, torch.full_like(cur, -1))
         searching = cur >= 0
         accepted = torch.zeros_like(alive)
         for _ in range(W):

@@ -1,0 +1,241 @@
+"""Steps 0-5 of the GPU end-to-end run, one function each; each returns its details dict
+(``ok`` and ``error`` keys are taken out by ``e2e_lib.run_step``).
+
+Servers (``SERVERS``) are tiny fixtures (float32, ``e2e_lib.GPU_COMMON``) started in parallel at the
+beginning of the run; the steps that share a server say so.
+"""
+
+from __future__ import annotations
+
+import collections
+import os
+import pathlib
+import subprocess
+import sys
+
+from e2e_lib import (DETERMINISTIC, EAGLE3_TREE, EAGLE_CHAIN, GPU_COMMON, NGRAM, ServerPool, ServerSpec,
+                     generate, generate_many, grep_log, healthy, prompts, receipt)
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+
+
+def make_servers(common: list, deterministic: bool = True) -> dict:
+    """The servers of steps 1-5 (tiny fixtures) with ``common`` arguments appended (``deterministic``
+    False drops ``--enable-deterministic-inference``, which SGLang refuses on CPU attention)."""
+
+    def spec(name, args, stock=False, env=()):
+        args = [a for a in args if deterministic or a not in DETERMINISTIC]
+        return ServerSpec(name, tuple(args) + tuple(common), stock, tuple(env))
+
+    return {
+        "stock_eagle_chain": spec("stock_eagle_chain", EAGLE_CHAIN + DETERMINISTIC, stock=True),
+        "asd_eagle_chain": spec("asd_eagle_chain", EAGLE_CHAIN + DETERMINISTIC),
+        "stock_eagle3_tree": spec("stock_eagle3_tree", EAGLE3_TREE + DETERMINISTIC, stock=True),
+        "asd_eagle3_tree": spec("asd_eagle3_tree", EAGLE3_TREE + DETERMINISTIC),
+        "asd_ngram": spec("asd_ngram", NGRAM),
+        "asd_adaptive": spec("asd_adaptive", EAGLE_CHAIN + ["--speculative-adaptive"]),
+        "asd_triton_watch": spec("asd_triton_watch", EAGLE_CHAIN,
+                                 env=(("SGLANG_CRASH_ON_TRITON_LOAD_AFTER_READY", "1"),)),
+    }
+
+
+SERVERS = make_servers(GPU_COMMON)  # device_e2e.py --cpu swaps in CPU arguments (pre-validation only)
+TRITON_LATE = ("device-loaded after serving started", "to compile after serving started")
+FATAL = ("Traceback (most recent call last)", "RuntimeError", "CUDA error", "NotImplementedError")
+
+
+def import_check(out_dir: pathlib.Path) -> dict:
+    """Step 0: SGLang's CUDA serving path imports with the stand-in; the JIT-op swaps are bound."""
+    out = out_dir / "import_check.json"
+    p = subprocess.run([sys.executable, str(ROOT / "scripts/device/cuda_import_check.py"), "--json", str(out)],
+                       capture_output=True, text=True, timeout=240)
+    import json
+
+    report = json.loads(out.read_text()) if out.exists() else {}
+    return {"ok": p.returncode == 0, "error": None if p.returncode == 0 else (p.stderr or p.stdout)[-1500:],
+            "import_errors": report.get("import_errors"), "unprovided_imported": report.get("unprovided_imported"),
+            "import_seconds": report.get("import_seconds")}
+
+
+def _ids(answers):
+    return [a.get("output_ids") for a in answers]
+
+
+def identity(pool: ServerPool, stock_name: str, asd_name: str, n: int = 32, max_new: int = 48) -> dict:
+    """Step 1: budget 0 (and no budget) on the ASD server equals stock SGLang token for token,
+    ``n`` concurrent greedy requests, ``--enable-deterministic-inference`` on both."""
+    stock_url, stock_s = pool.url(SERVERS[stock_name])
+    asd_url, asd_s = pool.url(SERVERS[asd_name])
+    jobs = [{"input_ids": p, "sampling": {"temperature": 0, "max_new_tokens": max_new}} for p in prompts(n, seed=11)]
+    stock = generate_many(stock_url, jobs, concurrency=n)
+    zero = generate_many(asd_url, [dict(j, sampling=dict(j["sampling"], asd_budget=0)) for j in jobs], concurrency=n)
+    none = generate_many(asd_url, jobs, concurrency=n)
+    errors = [a["error"] for a in stock + zero + none if "error" in a]
+    diff = [i for i in range(n) if _ids(stock)[i] != _ids(zero)[i] or _ids(stock)[i] != _ids(none)[i]]
+    receipts = [receipt(a) or {} for a in zero]
+    spent = sum(float(r.get("spent") or 0) for r in receipts)
+    first = next(iter(diff), None)
+    return {"ok": not errors and not diff and spent == 0, "error": errors[0] if errors else (
+                f"{len(diff)}/{n} requests differ from stock" if diff else (f"budget 0 spent {spent}" if spent else None)),
+            "requests": n, "max_new_tokens": max_new, "differing": diff, "start_s": {"stock": stock_s, "asd": asd_s},
+            "tokens": sum(len(x or []) for x in _ids(stock)),
+            "verify_rounds": {"stock": sum((a.get("meta_info") or {}).get("spec_verify_ct") or 0 for a in stock),
+                              "asd": sum((a.get("meta_info") or {}).get("spec_verify_ct") or 0 for a in zero)},
+            "first_difference": None if first is None else {"stock": _ids(stock)[first], "asd_budget0": _ids(zero)[first],
+                                                            "asd_no_budget": _ids(none)[first]}}
+
+
+def _stop_tokens(url: str) -> list[int]:
+    """The three most frequent tokens of the server's own greedy text: stopping on them ends requests
+    at varied points inside accepted runs (SGLang finishes a matched stop token exactly like EOS)."""
+    answers = generate_many(url, [{"input_ids": p, "sampling": {"temperature": 0, "max_new_tokens": 32}}
+                                  for p in prompts(8, seed=5)], concurrency=8)
+    counts = collections.Counter(t for a in answers for t in (a.get("output_ids") or []))
+    return [t for t, _ in counts.most_common(3)]
+
+
+def check_receipts(answers: list[dict], budgets: list[float]) -> dict:
+    """Every receipt: spent <= budget, events' regrets sum to spent, counts consistent."""
+    bad, stats = [], collections.Counter()
+    for i, (a, b) in enumerate(zip(answers, budgets)):
+        if "error" in a:
+            bad.append({"i": i, "error": a["error"]})
+            continue
+        r = receipt(a)
+        if not r:
+            bad.append({"i": i, "error": "no receipt"})
+            continue
+        stats["receipts"] += 1
+        stats["applied"] += bool(r.get("applied"))
+        stats["exceptions"] += int(r.get("exceptions") or 0)
+        stats[f"finish_{((a.get('meta_info') or {}).get('finish_reason') or {}).get('type')}"] += 1
+        spent, events = float(r.get("spent") or 0), r.get("events") or []
+        tol = 1e-4 * max(1.0, spent)
+        problems = []
+        if spent > b + tol:
+            problems.append(f"spent {spent} > budget {b}")
+        if not r.get("events_truncated"):
+            if abs(sum(float(e["regret"]) for e in events) - spent) > tol:
+                problems.append(f"events sum {sum(float(e['regret']) for e in events)} != spent {spent}")
+            if len(events) != int(r.get("exceptions") or 0):
+                problems.append(f"{len(events)} events but {r.get('exceptions')} exceptions")
+        else:
+            stats["truncated"] += 1
+        if problems:
+            bad.append({"i": i, "budget": b, "problems": problems})
+    return {"violations": bad[:20], "n_violations": len(bad), **stats}
+
+
+def churn(pool: ServerPool, name: str, n: int = 400, concurrency: int = 64) -> dict:
+    """Step 2 (per server): hundreds of short requests ending on stop tokens, budgets alternating
+    64 and 0.5 (and 8), ``concurrency`` in flight: slots are freed and reused mid-batch."""
+    url, start_s = pool.url(SERVERS[name])
+    stops = _stop_tokens(url)
+    cycle = [64.0, 0.5, 8.0]
+    budgets = [cycle[i % len(cycle)] for i in range(n)]
+    jobs = [{"input_ids": p, "sampling": {"temperature": 0, "max_new_tokens": 48, "stop_token_ids": stops,
+                                          "asd_budget": b}} for p, b in zip(prompts(n, 23, 4, 24), budgets)]
+    answers = generate_many(url, jobs, concurrency=concurrency)
+    res = check_receipts(answers, budgets)
+    err = None if not res["n_violations"] else f"{res['n_violations']} receipts violate the ledger"
+    return {"ok": err is None and healthy(url), "error": err or (None if healthy(url) else "server not healthy"),
+            "server": name, "requests": n, "concurrency": concurrency, "stop_token_ids": stops, "start_s": start_s,
+            **res}
+
+
+def mixed_sampling(pool: ServerPool, n: int = 32) -> dict:
+    """Step 3: half the batch samples at temperature 0.8, half is greedy with a budget: ASD rows show
+    exceptions, sampled rows go through SGLang's sampling verify (receipt reason 'sampling')."""
+    url, start_s = pool.url(SERVERS["asd_eagle_chain"])
+    jobs, kinds = [], []
+    for i, p in enumerate(prompts(n, seed=31)):
+        sampled = i % 2 == 0
+        s = {"temperature": 0.8, "max_new_tokens": 64, "sampling_seed": i} if sampled else \
+            {"temperature": 0, "max_new_tokens": 64, "asd_budget": 32}
+        jobs.append({"input_ids": p, "sampling": s})
+        kinds.append("sampled" if sampled else "asd")
+    answers = generate_many(url, jobs, concurrency=n)
+    errors = [a["error"] for a in answers if "error" in a]
+    by = collections.defaultdict(list)
+    for k, a in zip(kinds, answers):
+        by[k].append(receipt(a) or {})
+    asd_exc = sum(int(r.get("exceptions") or 0) for r in by["asd"])
+    reasons = collections.Counter(str(r.get("reason")) for r in by["sampled"])
+    sampled_tokens = sum(len(a.get("output_ids") or []) for k, a in zip(kinds, answers) if k == "sampled")
+    problems = errors[:3]
+    if asd_exc == 0:
+        problems.append("no exception in any ASD row")
+    if reasons != collections.Counter({"sampling": len(by["sampled"])}):
+        problems.append(f"sampled rows' receipt reasons {dict(reasons)}")
+    if not all(r.get("applied") for r in by["asd"]):
+        problems.append("an ASD row's receipt is not applied")
+    return {"ok": not problems, "error": "; ".join(problems) or None, "start_s": start_s,
+            "asd_rows": len(by["asd"]), "asd_exceptions": asd_exc,
+            "asd_spent": round(sum(float(r.get("spent") or 0) for r in by["asd"]), 3),
+            "sampled_rows": len(by["sampled"]), "sampled_reasons": dict(reasons), "sampled_tokens": sampled_tokens,
+            "sampled_accept_length": [(a.get("meta_info") or {}).get("spec_accept_length")
+                                      for k, a in zip(kinds, answers) if k == "sampled"][:8]}
+
+
+def adaptive(pool: ServerPool, bs: int = 16, rounds: int = 3) -> dict:
+    """Step 4: ``--speculative-adaptive`` with ASD rows at batch size >= 8: no crash, ledgers hold."""
+    spec = SERVERS["asd_adaptive"]
+    url, start_s = pool.url(spec)
+    answers, budgets = [], []
+    for r in range(rounds):  # long enough for the controller to move the draft depth
+        bud = [8.0 if i % 4 else 0.0 for i in range(bs)]
+        jobs = [{"input_ids": p, "sampling": {"temperature": 0, "max_new_tokens": 128, "ignore_eos": True,
+                                              "asd_budget": b}} for p, b in zip(prompts(bs, seed=41 + r), bud)]
+        answers += generate_many(url, jobs, concurrency=bs)
+        budgets += bud
+    res = check_receipts(answers, budgets)
+    log_path = pool.log_dir / f"{spec.name}.log"
+    alive = healthy(url)
+    err = None if alive and not res["n_violations"] else (
+        "server died or unhealthy" if not alive else f"{res['n_violations']} receipts violate the ledger")
+    return {"ok": err is None, "error": err, "start_s": start_s, "batch_size": bs, "rounds": rounds,
+            "accept_lengths": sorted({round((a.get("meta_info") or {}).get("spec_accept_length") or 0, 2)
+                                      for a in answers})[:20],
+            "adaptive_log": grep_log(log_path, ("adaptive", "num_steps"), limit=10),
+            "fatal_log": grep_log(log_path, FATAL, limit=10), **res}
+
+
+def triton_watch(pool: ServerPool) -> dict:
+    """Step 5: with ``SGLANG_CRASH_ON_TRITON_LOAD_AFTER_READY=1`` a varied workload after ready loads
+    no Triton kernel (SGLang raises on the first late load; the log names the kernel)."""
+    spec = SERVERS["asd_triton_watch"]
+    log_path = pool.log_dir / f"{spec.name}.log"
+    try:
+        url, start_s = pool.url(spec)
+    except Exception as e:
+        return {"ok": False, "error": f"server did not start: {type(e).__name__}: {str(e)[:300]}",
+                "late_loads": grep_log(log_path, TRITON_LATE)}
+    answers = []
+    for bs, budget, temp in ((1, 0, 0), (3, 8, 0), (17, 8, 0), (32, 0.5, 0), (8, 8, 0.8), (64, 8, 0)):
+        s = {"temperature": temp, "max_new_tokens": 24, "asd_budget": budget} if temp == 0 else \
+            {"temperature": temp, "max_new_tokens": 24}
+        answers += generate_many(url, [{"input_ids": p, "sampling": s} for p in prompts(bs, bs, 4, 200)],
+                                 concurrency=bs)
+    errors = [a["error"] for a in answers if "error" in a]
+    late = grep_log(log_path, TRITON_LATE)
+    alive = healthy(url)
+    problems = ([f"{len(errors)} requests failed: {errors[0]}"] if errors else []) + \
+        ([f"{len(late)} late Triton loads/compiles"] if late else []) + ([] if alive else ["server died"])
+    return {"ok": not problems, "error": "; ".join(problems) or None, "start_s": start_s,
+            "requests": len(answers), "late_loads": late}
+
+
+def standin_missing(out_dir: pathlib.Path) -> dict:
+    """Which ``sgl_kernel`` names SGLang called that the stand-in lacks (from ``$SGLANG_ASD_STANDIN_LOG``)."""
+    path = os.environ.get("SGLANG_ASD_STANDIN_LOG")
+    names = collections.Counter()
+    if path and os.path.exists(path):
+        for line in open(path):
+            names[line.split()[-1]] += 1
+    return {"ok": not names, "error": f"called without a stand-in: {sorted(names)}" if names else None,
+            "calls": dict(names)}
+
+
+def first_generate(url: str) -> dict:
+    """A one-line smoke answer for logs: text-free, ids only."""
+    return generate(url, {"temperature": 0, "max_new_tokens": 8}, input_ids=[5, 6, 7, 8])

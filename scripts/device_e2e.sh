@@ -1,0 +1,45 @@
+#!/usr/bin/env bash
+# GPU end-to-end check of sglang-asd on real SGLang 0.5.23, run on the device machine in one command
+# (docs/GPU.md has the run tool call): unpacks the carried wheels (.device/carry, made here by
+# scripts/device_pack.sh), sets the kit's environment, builds the tiny fixtures, checks the CUDA
+# import path, then runs scripts/device_e2e.py. Results: $OUT/e2e.json (each step as it ends),
+# $OUT/e2e.log, $OUT/server_logs.tar.gz, $OUT/import_check.json, $OUT/verify_h200.json.
+#
+#   bash scripts/device_e2e.sh [device_e2e.py args]     # e.g. --steps 1a,3 --budget-s 200
+#   bash scripts/device_e2e.sh --dry-run                 # CPU: plan + checks, starts nothing
+set -uo pipefail
+cd "$(dirname "$0")/.."
+OUT=${OUT:-/tmp/asd-e2e-out}
+PY=${PYTHON:-python3}   # the device image's python3 holds torch, triton, transformers
+mkdir -p "$OUT"
+for a in "$@"; do
+  if [ "$a" = "--dry-run" ]; then exec "$PY" scripts/device_e2e.py --out "$OUT" "$@"; fi
+done
+exec > >(tee -a "$OUT/e2e.log") 2>&1
+t0=$(date +%s)
+echo "[e2e.sh] $(date -u +%FT%TZ) $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null)"
+
+# 1. The carried site folder (skipped when a warm machine already holds this pack).
+"$PY" scripts/device/pack.py unpack --carry .device/carry --dest /tmp/asd-site || { echo "[e2e.sh] unpack failed"; exit 2; }
+export PYTHONPATH=/tmp/asd-site:$PWD${PYTHONPATH:+:$PYTHONPATH}
+export PATH="$(dirname "$(command -v "$PY")"):$PATH"   # the image's ninja, for SGLang's JIT loader
+
+# 2. The kit's environment (docs/GPU.md, "Kernel supply"). Inherited by every server process.
+export SGLANG_ASD_KERNEL_STANDIN=cuda-e2e                 # test-only sgl_kernel stand-in (no wheel here)
+export SGLANG_ASD_STANDIN_LOG=/tmp/asd-e2e-logs/standin_missing.txt
+export SGLANG_FORCE_FUSED_OP_BACKEND=torch                # SGLang's own native forwards for fused ops
+export SGLANG_SKIP_SGL_KERNEL_VERSION_CHECK=1             # no sglang-kernel distribution to check
+export SGLANG_UNIFIED_RADIX_TREE_CORE_BACKEND=python      # the bundled Rust TreeCore misreads torch 2.11 dtypes
+export SGLANG_JIT_CACHE_DIR=/tmp/asd-jit TRITON_CACHE_DIR=/tmp/asd-triton  # kept while the machine is warm
+export SGLANG_ASD_CACHE=/tmp/asd-models HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 PYTHONUNBUFFERED=1
+mkdir -p /tmp/asd-e2e-logs && rm -f "$SGLANG_ASD_STANDIN_LOG"
+
+# 3. Tiny fixtures, built here from code (seconds; cached while warm).
+"$PY" -m sglang_asd.fixtures build tiny-llama tiny-eagle-noisy tiny-eagle3-noisy > /tmp/asd-e2e-logs/fixtures.log 2>&1 \
+  || { echo "[e2e.sh] fixture build failed:"; tail -20 /tmp/asd-e2e-logs/fixtures.log; }
+echo "[e2e.sh] setup done in $(( $(date +%s) - t0 )) s"
+
+"$PY" scripts/device_e2e.py --out "$OUT" "$@"
+rc=$?
+echo "[e2e.sh] done in $(( $(date +%s) - t0 )) s, rc=$rc"
+exit $rc

@@ -1,0 +1,87 @@
+"""The GPU e2e kit's test-only ``sgl_kernel`` stand-in (``SGLANG_ASD_KERNEL_STANDIN=cuda-e2e``), on CPU.
+
+Each check runs in a fresh interpreter: installing a stand-in changes ``sys.modules`` for good.
+  * the opt-in is explicit and refuses, loudly, where it does not belong (no CUDA, bad value);
+  * with an H200 faked for SGLang's import-time checks, SGLang's whole CUDA serving path imports,
+    every binding of a swapped JIT op is the replacement (scripts/device/cuda_import_check.py);
+  * the swapped tree kernels (SGLang's own Triton versions, run by the Triton interpreter) equal the
+    CPU stand-in's ops (tests/device/triton_swap_check.py).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import pathlib
+import subprocess
+import sys
+
+import pytest
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+
+
+def _python(code: str, **env) -> subprocess.CompletedProcess:
+    full = {k: v for k, v in os.environ.items() if k != "SGLANG_ASD_KERNEL_STANDIN"}
+    full.update(env)
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, cwd=ROOT,
+                          env=full)
+
+
+def test_opt_in_needs_cuda():
+    p = _python("from sglang_asd import cpu_backend; cpu_backend.install()", SGLANG_ASD_KERNEL_STANDIN="cuda-e2e")
+    assert p.returncode != 0 and "needs a CUDA device" in p.stderr
+
+
+def test_opt_in_rejects_unknown_values():
+    p = _python("from sglang_asd import cpu_backend; cpu_backend.install()", SGLANG_ASD_KERNEL_STANDIN="yes")
+    assert p.returncode != 0 and "is not understood" in p.stderr
+
+
+def test_without_the_opt_in_the_cpu_stand_in_is_unchanged():
+    p = _python("from sglang_asd import cpu_backend\n"
+                "from sglang_asd.cpu_backend import cuda_e2e\n"
+                "print(cpu_backend.install(), cpu_backend.is_installed(), cuda_e2e.is_installed())")
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.split() == ["True", "True", "False"]
+
+
+def test_stand_in_module_provides_raises_and_logs(tmp_path):
+    log = tmp_path / "missing.txt"
+    code = (
+        "import sys; sys.path.insert(0, 'scripts/device'); import cuda_import_check; cuda_import_check.fake_cuda()\n"
+        "from sglang_asd import cpu_backend; assert cpu_backend.install() is False\n"
+        "import sgl_kernel, torch\n"
+        "from sgl_kernel import rmsnorm, moe_sum\n"
+        "from sgl_kernel.utils import is_arch_support_pdl\n"
+        "assert sgl_kernel.__version__ == '0.4.10' and is_arch_support_pdl() is False\n"
+        "assert rmsnorm(torch.ones(2, 4), torch.ones(4)).shape == (2, 4)\n"
+        "try:\n    import sgl_kernel.scalar_type\nexcept ImportError:\n    print('scalar_type absent')\n"
+        "try:\n    moe_sum(1)\nexcept NotImplementedError as e:\n    print('raised', 'cuda_e2e_ops.py' in str(e))\n"
+    )
+    p = _python(code, SGLANG_ASD_KERNEL_STANDIN="cuda-e2e", SGLANG_ASD_STANDIN_LOG=str(log))
+    assert p.returncode == 0, p.stderr[-3000:]
+    assert "scalar_type absent" in p.stdout and "raised True" in p.stdout
+    assert log.read_text().split()[-1] == "sgl_kernel.moe_sum"
+
+
+def test_sglang_cuda_serving_path_imports_with_the_stand_in(tmp_path):
+    out = tmp_path / "import_check.json"
+    p = subprocess.run([sys.executable, str(ROOT / "scripts/device/cuda_import_check.py"), "--fake-cuda",
+                        "--json", str(out)], capture_output=True, text=True, timeout=600, cwd=tmp_path)
+    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
+    report = json.loads(out.read_text())
+    assert report["ok"] and not report["import_errors"] and report["cuda_standin_active"]
+    assert all(report["bindings"].values()), report["bindings"]
+    assert report["sglang_modules"] > 500
+    # What SGLang imports but the kit does not provide must stay off the text-serving path.
+    assert not {"rmsnorm", "silu_and_mul", "top_k_renorm_prob", "weak_ref_tensor"} & set(report["unprovided_imported"])
+
+
+@pytest.mark.skipif(importlib.util.find_spec("triton") is None, reason="triton is not installed")
+def test_swapped_tree_kernels_equal_the_cpu_ops_under_the_triton_interpreter():
+    p = subprocess.run([sys.executable, str(ROOT / "tests/device/triton_swap_check.py")], capture_output=True,
+                       text=True, timeout=900, cwd=ROOT, env=dict(os.environ, TRITON_INTERPRET="1"))
+    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
+    assert p.stdout.strip().splitlines()[-1] == "OK 4"
