@@ -120,3 +120,18 @@ def test_duplicate_siblings_follow_sglang_first_match():
     for budget in (0.0, 8.0):
         decision = select_tree(tokens, parents, argmax, [0.0, 0.0, 0.0, 0.0], 2, Ledger(budget), REF)
         assert (decision.path, decision.bonus) == ((1,), 1)
+
+
+def test_depth_zero_commits_the_bonus_alone():
+    # SGLang's adaptive zero-step verify: K = 0, the tree is the root alone (W = 1). Nothing to
+    # accept, whatever the budget: the bonus is argmax z_0 and the ledger is not charged.
+    huge = ASDConfig(gate=1e300, max_exceptions_per_block=99)
+    ledger = Ledger(8.0)
+    chain = select_chain([], [7], [], ledger, huge)
+    assert (chain.accepted, chain.exceptions, chain.spent, chain.bonus) == ((), (), 0.0, 7)
+    tree = select_tree([3], [-1], [7], [0.0], 0, ledger, huge)
+    assert (tree.path, tree.accepted, tree.exceptions, tree.spent, tree.bonus) == ((), (), (), 0.0, 7)
+    # Nodes beyond K = 0 are never accepted, not even exact ones.
+    beyond = select_tree([3, 7, 5], [-1, 0, 1], [7, 5, 1], [0.0, 0.0, 0.0], 0, ledger, huge)
+    assert (beyond.path, beyond.bonus) == ((), 7)
+    assert (ledger.spent, ledger.num_exceptions) == (0.0, 0)
