@@ -168,8 +168,9 @@ def warmup(device, shapes: Iterable[Tuple[int, int]], V: int, logits_dtypes: Ite
         return keys
     from sglang_asd.verify.triton_verify import asd_verify_triton
 
-    for key in sorted(keys, key=repr):
-        args, kwargs = example_call(key, V, device, logits_row_stride=logits_row_stride)
-        asd_verify_triton(*args, **kwargs)
-    torch.cuda.synchronize(device)  # start-up, not the hot path: surface a launch error here
+    with torch.cuda.device(device):  # Triton compiles and loads for the current device
+        for key in sorted(keys, key=repr):
+            args, kwargs = example_call(key, V, device, logits_row_stride=logits_row_stride)
+            asd_verify_triton(*args, **kwargs)
+        torch.cuda.synchronize(device)  # start-up, not the hot path: surface a launch error here
     return keys
