@@ -82,7 +82,7 @@ def server_specs(selected) -> dict:
 
     specs = dict(steps.SERVERS)
     specs["asd_llama31_8b_shape"] = lib.ServerSpec(
-        "asd_llama31_8b_shape", tuple(server_args(pathlib.Path("/dev/shm/asd-synth/llama31-8b-shape"),
+        "asd_llama31_8b_shape", tuple(server_args(pathlib.Path("/dev/shm/asd-synth/target"),
                                                   pathlib.Path("/dev/shm/asd-synth/eagle-head"))))
     return {n: specs[n] for s in selected for n in PLAN[s][0]}
 
@@ -157,7 +157,7 @@ def main(argv=None) -> int:
         return dry_run(args, out)
     if args.cpu:
         steps.SERVERS = steps.make_servers(lib.CPU_COMMON, deterministic=False)
-        args.steps = [s for s in args.steps if s not in ("0", "6", "7")]
+        args.steps = [s for s in args.steps if s not in ("0", "7")]
     from sglang_asd import cpu_backend
 
     cpu_backend.install()  # the stand-in, in this process too (step 6 times SGLang's verify path)
@@ -205,6 +205,8 @@ def _speed(pool, out, args) -> dict:
 
     for name in list(steps.SERVERS):  # the 8B-shaped target needs the GPU to itself
         pool.stop(name)
+    if args.cpu:
+        return e2e_speed.run(pool, out, agreement=args.agreement, batches=(1, 4), reps=1, max_new=32, cpu=True)
     return e2e_speed.run(pool, out, agreement=args.agreement)
 
 

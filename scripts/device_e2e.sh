@@ -32,7 +32,7 @@ export SGLANG_SKIP_SGL_KERNEL_VERSION_CHECK=1             # no sglang-kernel dis
 export SGLANG_UNIFIED_RADIX_TREE_CORE_BACKEND=python      # the bundled Rust TreeCore misreads torch 2.11 dtypes
 export SGLANG_JIT_CACHE_DIR=/tmp/asd-jit TRITON_CACHE_DIR=/tmp/asd-triton  # kept while the machine is warm
 export SGLANG_ASD_CACHE=/tmp/asd-models HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 PYTHONUNBUFFERED=1
-mkdir -p /tmp/asd-e2e-logs && rm -f "$SGLANG_ASD_STANDIN_LOG"
+rm -rf /tmp/asd-e2e-logs && mkdir -p /tmp/asd-e2e-logs   # this call's logs only
 
 # 3. Tiny fixtures, built here from code (seconds; cached while warm).
 "$PY" -m sglang_asd.fixtures build tiny-llama tiny-eagle-noisy tiny-eagle3-noisy > /tmp/asd-e2e-logs/fixtures.log 2>&1 \

@@ -27,9 +27,12 @@ from sglang_asd.bench.server import LaunchedServer
 
 # What every tiny-model server on the GPU runs with. SGLang's defaults stay on (overlap scheduler,
 # CUDA graphs, radix cache); the kernel supply is the kit's (docs/GPU.md): Triton attention, the
-# PyTorch sampler, and a memory share small enough for several servers on one H200.
+# PyTorch sampler. Seven servers share the H200 and start at once: SGLang sizes the KV pool from the
+# memory free when a server starts times --mem-fraction-static, so a small fraction would go
+# negative as the others allocate; a generous one is harmless because --max-total-tokens caps the
+# pool (200k tokens of a 2-layer model: ~100 MB). Decode graphs are captured up to batch 64.
 GPU_COMMON = ["--device", "cuda", "--attention-backend", "triton", "--sampling-backend", "pytorch",
-              "--mem-fraction-static", "0.04", "--max-total-tokens", "200000", "--cuda-graph-max-bs-decode", "64",
+              "--mem-fraction-static", "0.3", "--max-total-tokens", "200000", "--cuda-graph-max-bs-decode", "64",
               "--dtype", "float32", "--log-level", "info"]
 # --cpu (pre-validation on a CPU machine only): the launcher adds its CPU defaults to these.
 CPU_COMMON = ["--dtype", "float32", "--log-level", "info"]

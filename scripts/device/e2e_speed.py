@@ -53,16 +53,16 @@ def _layer_names(i: int, cfg: dict) -> dict:
             p + "mlp.gate_proj.weight": (m, h), p + "mlp.up_proj.weight": (m, h), p + "mlp.down_proj.weight": (h, m)}
 
 
-def build_target(root: pathlib.Path, cfg: dict, seed: int = 0) -> dict:
+def build_target(root: pathlib.Path, cfg: dict, seed: int = 0, device: str = "cuda") -> dict:
     """Write the bigram target (config + sharded safetensors); returns embedding and lm_head (GPU)."""
     import torch
     from safetensors.torch import save_file
 
     root.mkdir(parents=True, exist_ok=True)
-    g = torch.Generator(device="cuda").manual_seed(seed)
+    g = torch.Generator(device=device).manual_seed(seed)
     V, H = cfg["vocab_size"], cfg["hidden_size"]
-    embed = torch.randn(V, H, generator=g, device="cuda", dtype=torch.float32).to(torch.bfloat16)
-    head = (torch.randn(V, H, generator=g, device="cuda") * (LOGIT_STD / math.sqrt(H))).to(torch.bfloat16)
+    embed = torch.randn(V, H, generator=g, device=device, dtype=torch.float32).to(torch.bfloat16)
+    head = (torch.randn(V, H, generator=g, device=device) * (LOGIT_STD / math.sqrt(H))).to(torch.bfloat16)
     weight_map = {}
     first = {"model.embed_tokens.weight": embed.cpu(), "lm_head.weight": head.cpu(),
              "model.norm.weight": torch.ones(H, dtype=torch.bfloat16)}
@@ -85,10 +85,11 @@ def calibrate_sigma(embed, head, agreement: float, n: int = 2048, seed: int = 1)
     """``sigma`` whose head ``e -> (I + sigma N) e`` agrees with the target's argmax on ~``agreement``."""
     import torch
 
-    g = torch.Generator(device="cuda").manual_seed(seed)
+    dev = embed.device
+    g = torch.Generator(device=dev).manual_seed(seed)
     H = embed.shape[1]
-    N = torch.randn(H, H, generator=g, device="cuda") / math.sqrt(H)
-    idx = torch.randint(0, embed.shape[0], (n,), generator=g, device="cuda")
+    N = torch.randn(H, H, generator=g, device=dev) / math.sqrt(H)
+    idx = torch.randint(0, embed.shape[0], (n,), generator=g, device=dev)
     e = embed[idx].float()
     target = (e @ head.float().T).argmax(-1)
     lo, hi, best = 0.0, 4.0, (0.0, 1.0)
@@ -107,8 +108,8 @@ def build_head(root: pathlib.Path, cfg: dict, sigma: float, N) -> None:
 
     root.mkdir(parents=True, exist_ok=True)
     H = cfg["hidden_size"]
-    fc = torch.zeros(H, 2 * H, device="cuda")
-    fc[:, :H] = torch.eye(H, device="cuda") + sigma * N
+    fc = torch.zeros(H, 2 * H, device=N.device)
+    fc[:, :H] = torch.eye(H, device=N.device) + sigma * N
     w = {"fc.weight": fc.to(torch.bfloat16).cpu(), "fc.bias": torch.zeros(H, dtype=torch.bfloat16),
          "layers.0.post_attention_layernorm.weight": torch.ones(H, dtype=torch.bfloat16)}
     for name, shape in _layer_names(0, cfg).items():
@@ -118,13 +119,15 @@ def build_head(root: pathlib.Path, cfg: dict, sigma: float, N) -> None:
     (root / "config.json").write_text(json.dumps(head_cfg, indent=1))
 
 
-def server_args(target: pathlib.Path, head: pathlib.Path) -> list[str]:
-    return ["--model-path", str(target), "--speculative-algorithm", "EAGLE", "--speculative-draft-model-path",
+def server_args(target: pathlib.Path, head: pathlib.Path, cpu: bool = False) -> list[str]:
+    args = ["--model-path", str(target), "--speculative-algorithm", "EAGLE", "--speculative-draft-model-path",
             str(head), "--speculative-num-steps", "3", "--speculative-num-draft-tokens", "4",
-            "--speculative-eagle-topk", "1", "--skip-tokenizer-init", "--device", "cuda", "--dtype", "bfloat16",
-            "--attention-backend", "triton", "--sampling-backend", "pytorch", "--mem-fraction-static", "0.6",
-            "--cuda-graph-max-bs-decode", "32", "--max-running-requests", "32", "--context-length", "4096",
-            "--log-level", "info"]
+            "--speculative-eagle-topk", "1", "--skip-tokenizer-init", "--dtype", "bfloat16",
+            "--max-running-requests", "32", "--context-length", "4096", "--log-level", "info"]
+    if cpu:  # pre-validation of the model construction only; the launcher adds its CPU defaults
+        return args
+    return args + ["--device", "cuda", "--attention-backend", "triton", "--sampling-backend", "pytorch",
+                   "--mem-fraction-static", "0.6", "--cuda-graph-max-bs-decode", "32"]
 
 
 def measure_serving(url: str, batches, reps: int, max_new: int, vocab: int) -> dict:
@@ -238,31 +241,40 @@ def _scratch() -> str:
         return "/tmp"
 
 
-def run(pool, out_dir: pathlib.Path, agreement: float = 0.7, batches=(1, 8, 32), reps: int = 3,
-        max_new: int = 256) -> dict:
-    from e2e_lib import ServerSpec, grep_log
+# --cpu pre-validation: the same construction at a shape a CPU serves in seconds.
+SMALL = dict(LLAMA31_8B, hidden_size=256, intermediate_size=512, num_hidden_layers=2, num_attention_heads=4,
+             num_key_value_heads=2, head_dim=64, vocab_size=4096)
 
-    base = pathlib.Path(_scratch()) / "asd-synth"
-    t0 = time.perf_counter()
-    weights = build_target(base / "llama31-8b-shape", LLAMA31_8B)
-    sigma, measured, N = calibrate_sigma(weights["embed"], weights["head"], agreement)
-    build_head(base / "eagle-head", LLAMA31_8B, sigma, N)
-    del weights, N
+
+def run(pool, out_dir: pathlib.Path, agreement: float = 0.7, batches=(1, 8, 32), reps: int = 3,
+        max_new: int = 256, cpu: bool = False) -> dict:
+    """Build, serve, measure, time the verify step; ``cpu`` = the small shape, serving only."""
     import torch
 
-    torch.cuda.empty_cache()
+    from e2e_lib import ServerSpec, grep_log
+
+    cfg, device = (SMALL, "cpu") if cpu else (LLAMA31_8B, "cuda")
+    base = pathlib.Path("/tmp" if cpu else _scratch()) / "asd-synth"
+    t0 = time.perf_counter()
+    weights = build_target(base / "target", cfg, device=device)
+    sigma, measured, N = calibrate_sigma(weights["embed"], weights["head"], agreement)
+    build_head(base / "eagle-head", cfg, sigma, N)
+    del weights, N
+    if not cpu:
+        torch.cuda.empty_cache()
     build_s = round(time.perf_counter() - t0, 1)
-    spec = ServerSpec("asd_llama31_8b_shape", tuple(server_args(base / "llama31-8b-shape", base / "eagle-head")))
+    spec = ServerSpec("asd_llama31_8b_shape", tuple(server_args(base / "target", base / "eagle-head", cpu)))
     url, start_s = pool.url(spec)
-    serving = measure_serving(url, batches, reps, max_new, LLAMA31_8B["vocab_size"])
+    serving = measure_serving(url, batches, reps, max_new, cfg["vocab_size"])
     kv_log = grep_log(pool.log_dir / f"{spec.name}.log", ("JIT KV-Cache", "store_cache"), limit=3)
     pool.stop(spec.name)
-    verify = time_verify(batches)
-    share = {bs: {arm: round(verify[bs]["strict" if arm == "strict" else "asd"] / serving[bs][arm]["ms_per_round"], 4)
-                  for arm in ("strict", "budget8")} for bs in batches}
     shutil.rmtree(base, ignore_errors=True)
+    verify = {} if cpu else time_verify(batches)
+    share = {bs: {arm: round(verify[bs]["strict" if arm == "strict" else "asd"] / serving[bs][arm]["ms_per_round"], 4)
+                  for arm in ("strict", "budget8")} for bs in batches} if verify else {}
     return {"note": "synthetic weights: acceptance is not a real model's; speeds use the kernel supply listed",
-            "shape": "Llama-3.1-8B (bf16)", "agreement_target": agreement, "agreement_calibrated": round(measured, 3),
+            "shape": "Llama-3.1-8B (bf16)" if not cpu else "small CPU pre-validation shape",
+            "agreement_target": agreement, "agreement_calibrated": round(measured, 3),
             "sigma": round(sigma, 4), "build_s": build_s, "start_s": start_s, "max_new_tokens": max_new, "reps": reps,
             "serving": serving, "verify_step_ms": verify, "verify_share_of_round": share,
             "kernel_supply": KERNEL_SUPPLY, "kv_store": kv_log or ["JIT store_cache loaded (no fallback warning)"]}

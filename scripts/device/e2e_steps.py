@@ -85,13 +85,13 @@ def identity(pool: ServerPool, stock_name: str, asd_name: str, n: int = 32, max_
                                                             "asd_no_budget": _ids(none)[first]}}
 
 
-def _stop_tokens(url: str) -> list[int]:
-    """The three most frequent tokens of the server's own greedy text: stopping on them ends requests
+def _stop_tokens(url: str, n: int = 12) -> list[int]:
+    """The ``n`` most frequent tokens of the server's own greedy text: stopping on them ends requests
     at varied points inside accepted runs (SGLang finishes a matched stop token exactly like EOS)."""
     answers = generate_many(url, [{"input_ids": p, "sampling": {"temperature": 0, "max_new_tokens": 32}}
                                   for p in prompts(8, seed=5)], concurrency=8)
     counts = collections.Counter(t for a in answers for t in (a.get("output_ids") or []))
-    return [t for t, _ in counts.most_common(3)]
+    return [t for t, _ in counts.most_common(n)]
 
 
 def check_receipts(answers: list[dict], budgets: list[float]) -> dict:
@@ -133,8 +133,10 @@ def churn(pool: ServerPool, name: str, n: int = 400, concurrency: int = 64) -> d
     stops = _stop_tokens(url)
     cycle = [64.0, 0.5, 8.0]
     budgets = [cycle[i % len(cycle)] for i in range(n)]
-    jobs = [{"input_ids": p, "sampling": {"temperature": 0, "max_new_tokens": 48, "stop_token_ids": stops,
-                                          "asd_budget": b}} for p, b in zip(prompts(n, 23, 4, 24), budgets)]
+    lengths = [8 + (i * 37) % 57 for i in range(n)]  # 8..64: requests end at different rounds even without a stop
+    jobs = [{"input_ids": p, "sampling": {"temperature": 0, "max_new_tokens": m, "stop_token_ids": stops,
+                                          "asd_budget": b}}
+            for p, b, m in zip(prompts(n, 23, 4, 24), budgets, lengths)]
     answers = generate_many(url, jobs, concurrency=concurrency)
     res = check_receipts(answers, budgets)
     err = None if not res["n_violations"] else f"{res['n_violations']} receipts violate the ledger"
