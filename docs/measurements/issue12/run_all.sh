@@ -19,9 +19,13 @@ export PYTHONPATH=$REPO TQDM_MININTERVAL=60
 cd "$REPO" || exit 2
 mkdir -p "$OUT"
 
+# Two Qwen servers (speculative + plain) must fit beside other work: SGLang's CPU memory check needs a
+# larger static fraction than the launcher's default 0.3 once one is loaded, and a smaller KV pool
+# (16384 tokens still hold 8 requests x (prompt + 384)). Neither changes what is decoded.
+MEM="--mem-fraction-static 0.8 --max-total-tokens 16384"
 QWEN="--model-path fixture:qwen2.5-coder-1.5b --speculative-algorithm STANDALONE \
 --speculative-draft-model-path fixture:qwen2.5-coder-0.5b --speculative-num-steps 4 --speculative-eagle-topk 1 \
---speculative-num-draft-tokens 5 --asd-max-budget 64"
+--speculative-num-draft-tokens 5 --asd-max-budget 64 $MEM"
 SMOL="--model-path fixture:smollm2-135m --speculative-algorithm STANDALONE \
 --speculative-draft-model-path fixture:smollm2-135m-draft --speculative-num-steps 4 --speculative-eagle-topk 1 \
 --speculative-num-draft-tokens 5 --asd-max-budget 64"
