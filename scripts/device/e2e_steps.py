@@ -85,13 +85,17 @@ def identity(pool: ServerPool, stock_name: str, asd_name: str, n: int = 32, max_
                                                             "asd_no_budget": _ids(none)[first]}}
 
 
-def _stop_tokens(url: str, n: int = 12) -> list[int]:
-    """The ``n`` most frequent tokens of the server's own greedy text: stopping on them ends requests
-    at varied points inside accepted runs (SGLang finishes a matched stop token exactly like EOS)."""
-    answers = generate_many(url, [{"input_ids": p, "sampling": {"temperature": 0, "max_new_tokens": 32}}
-                                  for p in prompts(8, seed=5)], concurrency=8)
-    counts = collections.Counter(t for a in answers for t in (a.get("output_ids") or []))
-    return [t for t, _ in counts.most_common(n)]
+def _stop_token_per_request(url: str, prompts_: list, concurrency: int) -> list[int]:
+    """For each prompt, a token of its own budget-0 greedy continuation, 4-60 tokens in: stopping on
+    it ends the request there (SGLang finishes a matched stop token exactly like EOS), so requests
+    end at varied rounds, often inside an accepted run."""
+    answers = generate_many(url, [{"input_ids": p, "sampling": {"temperature": 0, "max_new_tokens": 64}}
+                                  for p in prompts_], concurrency=concurrency)
+    stops = []
+    for i, a in enumerate(answers):
+        out = a.get("output_ids") or [0]
+        stops.append(int(out[min(len(out) - 1, 4 + (i * 37) % 57)]))
+    return stops
 
 
 def check_receipts(answers: list[dict], budgets: list[float]) -> dict:
@@ -130,19 +134,17 @@ def churn(pool: ServerPool, name: str, n: int = 400, concurrency: int = 64) -> d
     """Step 2 (per server): hundreds of short requests ending on stop tokens, budgets alternating
     64 and 0.5 (and 8), ``concurrency`` in flight: slots are freed and reused mid-batch."""
     url, start_s = pool.url(SERVERS[name])
-    stops = _stop_tokens(url)
     cycle = [64.0, 0.5, 8.0]
     budgets = [cycle[i % len(cycle)] for i in range(n)]
-    lengths = [8 + (i * 37) % 57 for i in range(n)]  # 8..64: requests end at different rounds even without a stop
-    jobs = [{"input_ids": p, "sampling": {"temperature": 0, "max_new_tokens": m, "stop_token_ids": stops,
-                                          "asd_budget": b}}
-            for p, b, m in zip(prompts(n, 23, 4, 24), budgets, lengths)]
+    prompts_ = prompts(n, 23, 4, 24)
+    stops = _stop_token_per_request(url, prompts_, concurrency)
+    jobs = [{"input_ids": p, "sampling": {"temperature": 0, "max_new_tokens": 64, "stop_token_ids": [t],
+                                          "asd_budget": b}} for p, b, t in zip(prompts_, budgets, stops)]
     answers = generate_many(url, jobs, concurrency=concurrency)
     res = check_receipts(answers, budgets)
     err = None if not res["n_violations"] else f"{res['n_violations']} receipts violate the ledger"
     return {"ok": err is None and healthy(url), "error": err or (None if healthy(url) else "server not healthy"),
-            "server": name, "requests": n, "concurrency": concurrency, "stop_token_ids": stops, "start_s": start_s,
-            **res}
+            "server": name, "requests": n, "concurrency": concurrency, "start_s": start_s, **res}
 
 
 def mixed_sampling(pool: ServerPool, n: int = 32) -> dict:
@@ -193,8 +195,10 @@ def adaptive(pool: ServerPool, bs: int = 16, rounds: int = 3) -> dict:
     res = check_receipts(answers, budgets)
     log_path = pool.log_dir / f"{spec.name}.log"
     alive = healthy(url)
-    err = None if alive and not res["n_violations"] else (
-        "server died or unhealthy" if not alive else f"{res['n_violations']} receipts violate the ledger")
+    disabled = grep_log(log_path, ("speculative_adaptive disabled",), limit=1)
+    err = None if alive and not res["n_violations"] and not disabled else (
+        "server died or unhealthy" if not alive else disabled[0] if disabled else
+        f"{res['n_violations']} receipts violate the ledger")
     return {"ok": err is None, "error": err, "start_s": start_s, "batch_size": bs, "rounds": rounds,
             "accept_lengths": sorted({round((a.get("meta_info") or {}).get("spec_accept_length") or 0, 2)
                                       for a in answers})[:20],
