@@ -61,6 +61,8 @@ REPLACED = [
     ("sglang.kernels.ops.speculative.sampling", "tree_speculative_sampling_target_only"),
     ("sglang.kernels.ops.speculative.verify_sampling", "tree_speculative_sampling_target_only"),
     ("sglang.srt.speculative.eagle_utils", "tree_speculative_sampling_target_only"),
+    ("sglang.kernels.ops.kvcache.kvcache", "can_use_store_cache"),
+    ("sglang.srt.mem_cache.memory_pool", "can_use_store_cache"),
 ]
 
 

@@ -232,14 +232,17 @@ def triton_watch(pool: ServerPool) -> dict:
 
 
 def standin_missing(out_dir: pathlib.Path) -> dict:
-    """Which ``sgl_kernel`` names SGLang called that the stand-in lacks (from ``$SGLANG_ASD_STANDIN_LOG``)."""
+    """Which ``sgl_kernel`` names SGLang called that the stand-in lacks (from ``$SGLANG_ASD_STANDIN_LOG``),
+    and which of SGLang's JIT modules nvcc / g++ built on the device (``$SGLANG_JIT_CACHE_DIR``)."""
     path = os.environ.get("SGLANG_ASD_STANDIN_LOG")
     names = collections.Counter()
     if path and os.path.exists(path):
         for line in open(path):
             names[line.split()[-1]] += 1
+    jit_root = pathlib.Path(os.environ.get("SGLANG_JIT_CACHE_DIR") or "~/.cache/sglang/jit").expanduser()
+    built = sorted({p.name for p in jit_root.glob("*/*") if p.is_dir()}) if jit_root.exists() else []
     return {"ok": not names, "error": f"called without a stand-in: {sorted(names)}" if names else None,
-            "calls": dict(names)}
+            "calls": dict(names), "jit_modules_built": built[:50]}
 
 
 def first_generate(url: str) -> dict:

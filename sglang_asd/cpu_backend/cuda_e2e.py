@@ -12,11 +12,13 @@ What it does, before SGLang is imported:
    the CUDA path's many optional kernels) to a function that raises ``NotImplementedError`` naming
    it when called and appends the name to ``$SGLANG_ASD_STANDIN_LOG`` (the e2e report lists them).
    ``sgl_kernel.scalar_type`` is absent (SGLang then uses its own fallback), as on CPU.
-2. SGLang's JIT-compiled speculative kernels (``sglang.kernels.ops.speculative.tree`` and
-   ``.sampling``, built with nvcc + tvm-ffi, the sampling one also with flashinfer's headers) are
-   replaced as soon as their module is loaded, so every by-name import sees the replacement:
-   tree build, greedy tree verify and NGRAM tree reconstruction by SGLang's own Triton versions of
-   the same ops (its XPU path), target-only tree sampling by ``cuda_e2e_ops``' torch port.
+2. SGLang's JIT-compiled kernels on the serving path (``sglang.kernels.ops.speculative.tree`` and
+   ``.sampling``, ``kvcache.store_cache``: nvcc + tvm-ffi at first use, the sampling one also with
+   flashinfer's headers) are replaced as soon as their module is loaded, so every by-name import
+   sees the replacement: tree build, greedy tree verify and NGRAM tree reconstruction by SGLang's
+   own Triton versions of the same ops (its XPU path), target-only tree sampling by
+   ``cuda_e2e_ops``' torch port, and the ``store_cache`` probe answers False (SGLang's torch
+   fallback writes the KV cache). Any other JIT module still compiles where nvcc works.
 
 The rest of the kernel supply is SGLang's own, chosen by the kit's flags: the Triton attention
 backend, ``--sampling-backend pytorch`` and ``SGLANG_FORCE_FUSED_OP_BACKEND=torch`` (native forwards
@@ -52,6 +54,9 @@ JIT_REPLACEMENTS = {
     "sglang.kernels.ops.speculative.sampling": {
         "tree_speculative_sampling_target_only":
             "sglang_asd.cpu_backend.cuda_e2e_ops:tree_speculative_sampling_target_only",
+    },
+    "sglang.kernels.ops.kvcache.kvcache": {  # SGLang then stores the KV cache with its torch fallback
+        "can_use_store_cache": "sglang_asd.cpu_backend.cuda_e2e_ops:can_use_store_cache",
     },
 }
 # SGLang calls the JIT ops with the sgl_kernel schema's keyword names; the Triton versions spell them out.

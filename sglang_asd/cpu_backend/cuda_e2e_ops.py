@@ -117,6 +117,12 @@ def weak_ref_tensor(tensor):
     return tensor
 
 
+def can_use_store_cache(k_row_bytes: int, v_row_bytes: int = 0, num_threads: int = 0) -> bool:
+    """Replaces SGLang's probe of its JIT ``store_cache`` kernel: False, so SGLang writes the KV cache
+    with its own torch fallback instead of compiling the kernel with nvcc on a bare device machine."""
+    return False
+
+
 def is_arch_support_pdl() -> bool:
     """Programmatic dependent launch is a compiled-kernel feature: never claimed by the stand-in."""
     return False

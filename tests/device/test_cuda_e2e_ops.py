@@ -76,9 +76,10 @@ def test_top_k_and_top_p_renorm():
                                torch.tensor([[0, 4 / 7, 0, 3 / 7], [0, 0, 0.375, 0.625]]))
 
 
-def test_pdl_is_never_claimed_and_weak_ref_is_identity():
+def test_pdl_and_jit_store_cache_are_never_claimed_and_weak_ref_is_identity():
     t = torch.ones(2)
     assert ops.is_arch_support_pdl() is False and ops.weak_ref_tensor(t) is t
+    assert ops.can_use_store_cache(128, 128) is False
 
 
 # ---------------------------------------------------------------- tree speculative sampling
