@@ -94,6 +94,8 @@ def plan(arms: list[Arm], tasks: list[str]) -> list[tuple[str, Arm]]:
 
 
 def run(args: argparse.Namespace, arms: list[Arm], tasks: list[str], speed: Optional[dict]) -> dict:
+    """Generate and score every (task, arm, item) not yet in the log, task by task; the report is
+    rewritten after each task and arm. Returns the final report."""
     prompts = {t: datasets.load_prompts(t, args.limit) for t in tasks}
     fp = {"api": args.api, "max_new_tokens": args.max_new_tokens, "launch": args.launch}
     log_path = args.out / LOG_NAME

@@ -84,6 +84,8 @@ def fingerprint(args: argparse.Namespace, arms: list[Arm], prompts: list[dataset
 
 
 def run(args: argparse.Namespace, arms: list[Arm]) -> dict:
+    """Measure every pass of the schedule not yet in the log (the servers are started here when
+    launched); the report is rewritten after each pass. Returns the final report."""
     prompts = datasets.mixed_prompts(datasets.parse_tasks(args.dataset), args.num_prompts)
     fp = fingerprint(args, arms, prompts)
     log_path = args.out / LOG_NAME
