@@ -158,15 +158,19 @@ def main(argv=None) -> int:
     if args.cpu:
         steps.SERVERS = steps.make_servers(lib.CPU_COMMON, deterministic=False)
         args.steps = [s for s in args.steps if s not in ("0", "7")]
-    from sglang_asd import cpu_backend
-
-    cpu_backend.install()  # the stand-in, in this process too (step 6 times SGLang's verify path)
     log_dir = pathlib.Path(args.logs)
     log_dir.mkdir(parents=True, exist_ok=True)
     budget = lib.Budget(args.budget_s)
     specs = server_specs(args.steps)
     rec = lib.Recorder(out, {"dry_run": False, "budget_s": args.budget_s, "plan": plan_json(args.steps, specs),
                              **platform_info()})
+    try:  # the stand-in, in this process too (step 6 times SGLang's verify path)
+        from sglang_asd import cpu_backend
+
+        cpu_backend.install()
+    except Exception as e:
+        rec.add("setup", False, 0.0, {}, f"{type(e).__name__}: {e}")
+        return summary(rec.report)
     pool = lib.ServerPool(log_dir, args.start_timeout_s, dict(os.environ), parallel=2 if args.cpu else 8)
     last_use = {n: s for s in args.steps for n in PLAN[s][0]}
     for name in specs:  # steps 0-5's servers start together; step 6's waits for the GPU to be free

@@ -19,6 +19,16 @@ exec > >(tee -a "$OUT/e2e.log") 2>&1
 t0=$(date +%s)
 echo "[e2e.sh] $(date -u +%FT%TZ) $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null)"
 
+# 0. Servers an earlier call left running: they run in their own process sessions, which outlive a
+#    call stopped at its time limit while the machine stays warm. Found by the marker this script
+#    gives every process it starts (below), and ended by process id.
+for d in /proc/[0-9]*; do
+  if { tr '\0' '\n' < "$d/environ"; } 2>/dev/null | grep -qx 'SGLANG_ASD_E2E_RUN=1'; then
+    echo "[e2e.sh] ending pid ${d#/proc/} left by an earlier call"; kill -9 "${d#/proc/}" 2>/dev/null
+  fi
+done
+export SGLANG_ASD_E2E_RUN=1
+
 # 1. The carried site folder (skipped when a warm machine already holds this pack).
 "$PY" scripts/device/pack.py unpack --carry .device/carry --dest /tmp/asd-site || { echo "[e2e.sh] unpack failed"; exit 2; }
 export PYTHONPATH=/tmp/asd-site:$PWD${PYTHONPATH:+:$PYTHONPATH}
@@ -37,9 +47,10 @@ rm -rf /tmp/asd-e2e-logs && mkdir -p /tmp/asd-e2e-logs   # this call's logs only
 # 3. Byte code once, on every core (the pack has none; 30 server processes would each compile it),
 #    while the tiny fixtures are built from code (cached while warm).
 "$PY" -m compileall -q -j 0 /tmp/asd-site/sglang "$PWD/sglang_asd" > /tmp/asd-e2e-logs/compileall.log 2>&1 &
+compile_pid=$!
 "$PY" -m sglang_asd.fixtures build tiny-llama tiny-eagle-noisy tiny-eagle3-noisy > /tmp/asd-e2e-logs/fixtures.log 2>&1 \
   || { echo "[e2e.sh] fixture build failed:"; tail -20 /tmp/asd-e2e-logs/fixtures.log; }
-wait
+wait "$compile_pid"   # only it: a bare wait would also wait for the tee above, forever
 echo "[e2e.sh] setup done in $(( $(date +%s) - t0 )) s"
 
 "$PY" scripts/device_e2e.py --out "$OUT" "$@"
