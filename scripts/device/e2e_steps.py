@@ -10,6 +10,7 @@ from __future__ import annotations
 import collections
 import os
 import pathlib
+import re
 import subprocess
 import sys
 
@@ -17,6 +18,11 @@ from e2e_lib import (DETERMINISTIC, EAGLE3_TREE, EAGLE_CHAIN, GPU_COMMON, NGRAM,
                      generate, generate_many, grep_log, healthy, prompts, receipt)
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
+
+
+# SGLang warns about a Triton load after ready only below this much free memory: set absurdly high,
+# it logs every one (without crashing), so the stock and ASD EAGLE servers list all late loads.
+WARN_EVERY_LATE_LOAD = (("SGLANG_TRITON_LOAD_WARNING_THRESHOLD_GB", "1000000"),)
 
 
 def make_servers(common: list, deterministic: bool = True) -> dict:
@@ -28,8 +34,8 @@ def make_servers(common: list, deterministic: bool = True) -> dict:
         return ServerSpec(name, tuple(args) + tuple(common), stock, tuple(env))
 
     return {
-        "stock_eagle_chain": spec("stock_eagle_chain", EAGLE_CHAIN + DETERMINISTIC, stock=True),
-        "asd_eagle_chain": spec("asd_eagle_chain", EAGLE_CHAIN + DETERMINISTIC),
+        "stock_eagle_chain": spec("stock_eagle_chain", EAGLE_CHAIN + DETERMINISTIC, stock=True, env=WARN_EVERY_LATE_LOAD),
+        "asd_eagle_chain": spec("asd_eagle_chain", EAGLE_CHAIN + DETERMINISTIC, env=WARN_EVERY_LATE_LOAD),
         "stock_eagle3_tree": spec("stock_eagle3_tree", EAGLE3_TREE + DETERMINISTIC, stock=True),
         "asd_eagle3_tree": spec("asd_eagle3_tree", EAGLE3_TREE + DETERMINISTIC),
         "asd_ngram": spec("asd_ngram", NGRAM),
@@ -206,16 +212,42 @@ def adaptive(pool: ServerPool, bs: int = 16, rounds: int = 3) -> dict:
             "fatal_log": grep_log(log_path, FATAL, limit=10), **res}
 
 
+LATE_LOAD = re.compile(r"Triton kernel '([^']+)' device-loaded after serving started")
+KIT_KERNELS = {"sgl_build_tree_kernel_efficient_triton", "verify_tree_greedy_kernel_triton",
+               "_reconstruct_tree_mask_kernel"}  # SGLang's XPU-path kernels the stand-in swaps in
+
+
+def late_loads(log_path: pathlib.Path) -> dict:
+    """Kernels SGLang reported loading after ready, sorted into ASD's, the kit's and SGLang's own."""
+    try:
+        names = sorted(set(LATE_LOAD.findall(log_path.read_text(errors="replace"))))
+    except OSError:
+        return {}
+    try:
+        import triton
+
+        from sglang_asd.verify import triton_kernels
+
+        asd = {n for n, v in vars(triton_kernels).items() if isinstance(v, triton.runtime.JITFunction)}
+    except Exception:  # the classification is a convenience; the names are what matters
+        asd = set()
+    return {"asd": [n for n in names if n in asd], "kit_standin": [n for n in names if n in KIT_KERNELS],
+            "sglang": [n for n in names if n not in asd and n not in KIT_KERNELS]}
+
+
 def triton_watch(pool: ServerPool) -> dict:
     """Step 5: with ``SGLANG_CRASH_ON_TRITON_LOAD_AFTER_READY=1`` a varied workload after ready loads
-    no Triton kernel (SGLang raises on the first late load; the log names the kernel)."""
+    no Triton kernel (SGLang raises on the first late load; the log names the kernel). For diagnosis,
+    the stock and ASD EAGLE servers of steps 1-3 ran in warn-every-load mode: their lists say whose
+    kernels load late (ASD's, the kit's stand-ins', SGLang's own)."""
     spec = SERVERS["asd_triton_watch"]
     log_path = pool.log_dir / f"{spec.name}.log"
+    diagnosis = {name: late_loads(pool.log_dir / f"{name}.log") for name in ("stock_eagle_chain", "asd_eagle_chain")}
     try:
         url, start_s = pool.url(spec)
     except Exception as e:
         return {"ok": False, "error": f"server did not start: {type(e).__name__}: {str(e)[:300]}",
-                "late_loads": grep_log(log_path, TRITON_LATE)}
+                "late_loads": grep_log(log_path, TRITON_LATE), "warn_mode_late_loads": diagnosis}
     answers = []
     for bs, budget, temp in ((1, 0, 0), (3, 8, 0), (17, 8, 0), (32, 0.5, 0), (8, 8, 0.8), (64, 8, 0)):
         s = {"temperature": temp, "max_new_tokens": 24, "asd_budget": budget} if temp == 0 else \
@@ -228,7 +260,7 @@ def triton_watch(pool: ServerPool) -> dict:
     problems = ([f"{len(errors)} requests failed: {errors[0]}"] if errors else []) + \
         ([f"{len(late)} late Triton loads/compiles"] if late else []) + ([] if alive else ["server died"])
     return {"ok": not problems, "error": "; ".join(problems) or None, "start_s": start_s,
-            "requests": len(answers), "late_loads": late}
+            "requests": len(answers), "late_loads": late, "warn_mode_late_loads": diagnosis}
 
 
 def standin_missing(out_dir: pathlib.Path) -> dict:
