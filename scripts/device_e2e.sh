@@ -35,6 +35,7 @@ export PYTHONPATH=/tmp/asd-site:$PWD${PYTHONPATH:+:$PYTHONPATH}
 export PATH="$(dirname "$(command -v "$PY")"):$PATH"   # the image's ninja, for SGLang's JIT loader
 
 # 2. The kit's environment (docs/GPU.md, "Kernel supply"). Inherited by every server process.
+unset SGLANG_USE_CPU_ENGINE                                # SGLang's CPU engine: never on the GPU run
 export SGLANG_ASD_KERNEL_STANDIN=cuda-e2e                 # test-only sgl_kernel stand-in (no wheel here)
 export SGLANG_ASD_STANDIN_LOG=/tmp/asd-e2e-logs/standin_missing.txt
 export SGLANG_FORCE_FUSED_OP_BACKEND=torch                # SGLang's own native forwards for fused ops

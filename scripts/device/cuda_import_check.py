@@ -70,6 +70,8 @@ def fake_cuda() -> None:
     """Let import-time platform checks see an H200 (imports only; nothing runs on a device)."""
     import torch
 
+    os.environ.pop("SGLANG_USE_CPU_ENGINE", None)  # SGLang's CPU-engine switch would win over the fake GPU
+
     class _Props:
         name, major, minor, multi_processor_count = "NVIDIA H200", 9, 0, 132
         total_memory, L2_cache_size, warp_size = 143 * 2**30, 60 * 2**20, 32

@@ -23,7 +23,7 @@ ROOT = pathlib.Path(__file__).resolve().parents[2]
 
 
 def _python(code: str, **env) -> subprocess.CompletedProcess:
-    full = {k: v for k, v in os.environ.items() if k != "SGLANG_ASD_KERNEL_STANDIN"}
+    full = {k: v for k, v in os.environ.items() if k not in ("SGLANG_ASD_KERNEL_STANDIN", "SGLANG_USE_CPU_ENGINE")}
     full.update(env)
     return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, cwd=ROOT,
                           env=full)
