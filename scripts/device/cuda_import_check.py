@@ -1,13 +1,14 @@
 #!/usr/bin/env python3
 """Import SGLang's CUDA serving path with the kit's ``sgl_kernel`` stand-in; check the JIT-op swaps.
 
-    python scripts/device/cuda_import_check.py --json out.json              # on the GPU (e2e step 0)
-    python scripts/device/cuda_import_check.py --fake-cuda --json out.json  # on a CPU: CI and pre-validation
+    python scripts/device/cuda_import_check.py --resolve --json out.json              # on the GPU (step 0)
+    python scripts/device/cuda_import_check.py --fake-cuda --resolve --json out.json  # on a CPU: CI, pre-validation
 
 ``--fake-cuda`` makes ``torch.cuda`` report an H200 to the import-time checks (``is_cuda()``, device
 capability), so every ``if _is_cuda:`` import branch runs on a machine without a GPU. Nothing is
 executed on a device. It passes when every module imports, every binding of a replaced JIT op is the
-stand-in's, and ``sgl_kernel`` is the stand-in. The JSON lists the ``sgl_kernel`` names SGLang
+stand-in's, and ``sgl_kernel`` is the stand-in; with ``--resolve``, also when SGLang's argument
+pipeline accepts every tiny-model server of the e2e run with its GPU defaults on. The JSON lists the ``sgl_kernel`` names SGLang
 imported that have no stand-in (fine while nothing calls them; a call raises and is logged).
 """
 
@@ -24,7 +25,7 @@ import traceback
 import types
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT))
+sys.path[:0] = [str(ROOT / "scripts" / "device"), str(ROOT)]
 
 # The modules a scheduler, tokenizer manager and HTTP server import to serve Llama-family targets with
 # EAGLE / EAGLE3 / STANDALONE / NGRAM, the Triton attention backend and CUDA graphs.
@@ -83,9 +84,38 @@ def fake_cuda() -> None:
     torch.cuda.get_device_capability = lambda *a, **k: (9, 0)
     torch.cuda.get_device_name = lambda *a, **k: _Props.name
     torch.cuda.get_device_properties = lambda *a, **k: _Props()
+    torch.cuda.mem_get_info = lambda *a, **k: (140 * 2**30, _Props.total_memory)
 
 
-def check(fake: bool) -> dict:
+# What a resolved server must keep on: SGLang's GPU defaults the e2e run is about.
+KEPT_ON = {"disable_cuda_graph": False, "disable_overlap_schedule": False, "disable_radix_cache": False,
+           "attention_backend": "triton", "device": "cuda"}
+
+
+def resolve_servers() -> dict:
+    """Resolve every tiny-model server of the e2e run with SGLang's own argument pipeline
+    (``prepare_server_args``, after sglang-asd's launcher): SGLang accepts each configuration and
+    keeps CUDA graphs, the overlap scheduler and the radix cache on. Returns name -> problems."""
+    import e2e_steps
+
+    from sglang.srt.server_args import prepare_server_args
+    from sglang_asd.launch_server import build_argv
+
+    out = {}
+    for name, spec in e2e_steps.SERVERS.items():
+        try:
+            _, argv = build_argv(spec.argv())
+            args = prepare_server_args(argv)
+            wrong = {k: getattr(args, k, None) for k, v in KEPT_ON.items() if getattr(args, k, None) != v}
+            if "--speculative-adaptive" in argv and not args.speculative_adaptive:
+                wrong["speculative_adaptive"] = False
+            out[name] = wrong
+        except Exception as e:
+            out[name] = {"error": f"{type(e).__name__}: {e}"[:400]}
+    return out
+
+
+def check(fake: bool, resolve: bool = False) -> dict:
     os.environ["SGLANG_ASD_KERNEL_STANDIN"] = "cuda-e2e"
     if fake:
         fake_cuda()
@@ -113,17 +143,22 @@ def check(fake: bool) -> dict:
                 seen.add(value.__name__)
     report["unprovided_imported"] = sorted(seen)
     report["sglang_modules"] = sum(1 for m in sys.modules if m.startswith("sglang."))
+    if resolve:
+        report["server_resolution"] = resolve_servers()
     report["ok"] = (not report["import_errors"] and report["cuda_standin_active"] and not cpu_active
-                    and all(report["bindings"].values()))
+                    and all(report["bindings"].values())
+                    and not any(report.get("server_resolution", {}).values()))
     return report
 
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--fake-cuda", action="store_true", help="pretend an H200 for import-time checks (CPU only)")
+    ap.add_argument("--resolve", action="store_true",
+                    help="also resolve the e2e run's tiny-model servers with SGLang's argument pipeline")
     ap.add_argument("--json", help="write the report here too")
     args = ap.parse_args(argv)
-    report = check(args.fake_cuda)
+    report = check(args.fake_cuda, args.resolve)
     text = json.dumps(report, indent=1)
     if args.json:
         pathlib.Path(args.json).write_text(text + "\n")

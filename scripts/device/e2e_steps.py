@@ -51,16 +51,17 @@ FATAL = ("Traceback (most recent call last)", "RuntimeError", "CUDA error", "Not
 
 
 def import_check(out_dir: pathlib.Path) -> dict:
-    """Step 0: SGLang's CUDA serving path imports with the stand-in; the JIT-op swaps are bound."""
+    """Step 0: SGLang's CUDA serving path imports with the stand-in; the JIT-op swaps are bound; SGLang
+    resolves every tiny-model server's arguments with CUDA graphs, overlap and radix cache on."""
     out = out_dir / "import_check.json"
-    p = subprocess.run([sys.executable, str(ROOT / "scripts/device/cuda_import_check.py"), "--json", str(out)],
-                       capture_output=True, text=True, timeout=240)
+    p = subprocess.run([sys.executable, str(ROOT / "scripts/device/cuda_import_check.py"), "--resolve",
+                        "--json", str(out)], capture_output=True, text=True, timeout=240)
     import json
 
     report = json.loads(out.read_text()) if out.exists() else {}
     return {"ok": p.returncode == 0, "error": None if p.returncode == 0 else (p.stderr or p.stdout)[-1500:],
             "import_errors": report.get("import_errors"), "unprovided_imported": report.get("unprovided_imported"),
-            "import_seconds": report.get("import_seconds")}
+            "server_resolution": report.get("server_resolution"), "import_seconds": report.get("import_seconds")}
 
 
 def _ids(answers):

@@ -3,7 +3,8 @@
 Each check runs in a fresh interpreter: installing a stand-in changes ``sys.modules`` for good.
   * the opt-in is explicit and refuses, loudly, where it does not belong (no CUDA, bad value);
   * with an H200 faked for SGLang's import-time checks, SGLang's whole CUDA serving path imports,
-    every binding of a swapped JIT op is the replacement (scripts/device/cuda_import_check.py);
+    every binding of a swapped JIT op is the replacement, and SGLang's argument pipeline accepts
+    every e2e server with CUDA graphs, overlap scheduler and radix cache on (cuda_import_check.py);
   * the swapped tree kernels (SGLang's own Triton versions, run by the Triton interpreter) equal the
     CPU stand-in's ops (tests/device/triton_swap_check.py).
 """
@@ -69,10 +70,14 @@ def test_stand_in_module_provides_raises_and_logs(tmp_path):
 def test_sglang_cuda_serving_path_imports_with_the_stand_in(tmp_path):
     out = tmp_path / "import_check.json"
     p = subprocess.run([sys.executable, str(ROOT / "scripts/device/cuda_import_check.py"), "--fake-cuda",
-                        "--json", str(out)], capture_output=True, text=True, timeout=600, cwd=tmp_path)
+                        "--resolve", "--json", str(out)], capture_output=True, text=True, timeout=600, cwd=tmp_path,
+                       env={k: v for k, v in os.environ.items() if k != "SGLANG_USE_CPU_ENGINE"})
     assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
     report = json.loads(out.read_text())
     assert report["ok"] and not report["import_errors"] and report["cuda_standin_active"]
+    # SGLang's own argument pipeline accepts every e2e server on the (faked) H200, GPU defaults kept on
+    assert set(report["server_resolution"]) >= {"stock_eagle_chain", "asd_eagle3_tree", "asd_adaptive"}
+    assert not any(report["server_resolution"].values()), report["server_resolution"]
     assert all(report["bindings"].values()), report["bindings"]
     assert report["sglang_modules"] > 500
     # What SGLang imports but the kit does not provide must stay off the text-serving path.
