@@ -2,8 +2,8 @@
 
 The target is a synthetic model of Llama-3.1-8B's shape (32 layers, hidden 4096, GQA 32/8, MLP
 14336, vocab 128256, bfloat16) built on the device in seconds: random embedding and ``lm_head``,
-every decoder layer's output projections zero, so its next token depends only on the current one
-(a "bigram" model) while every layer still runs at full cost. The EAGLE head reproduces that map
+every decoder layer's projections zero (norms one), so its next token depends only on the current
+one (a "bigram" model) while every layer still runs its dense matmuls and attention at full cost. The EAGLE head reproduces that map
 exactly through ``fc = [I + sigma*N | 0]`` (its layer adds nothing; SGLang binds the target's
 embedding and ``lm_head`` to it); ``sigma`` is calibrated on the device so that the head's greedy
 agreement with the target is ``--agreement``. ACCEPTANCE ON SYNTHETIC WEIGHTS IS NOT A REAL
