@@ -72,11 +72,14 @@ def build_target(root: pathlib.Path, cfg: dict, seed: int = 0, device: str = "cu
         shard[f"model.layers.{i}.input_layernorm.weight"] = torch.ones(H, dtype=torch.bfloat16)
         shard[f"model.layers.{i}.post_attention_layernorm.weight"] = torch.ones(H, dtype=torch.bfloat16)
         shards.append(shard)
+    total = 0
     for n, shard in enumerate(shards):
         fname = f"model-{n:05d}.safetensors"
         save_file(shard, str(root / fname), metadata={"format": "pt"})
         weight_map.update({k: fname for k in shard})
-    (root / "model.safetensors.index.json").write_text(json.dumps({"metadata": {}, "weight_map": weight_map}))
+        total += sum(t.numel() * t.element_size() for t in shard.values())
+    index = {"metadata": {"total_size": total}, "weight_map": weight_map}
+    (root / "model.safetensors.index.json").write_text(json.dumps(index))
     (root / "config.json").write_text(json.dumps(cfg, indent=1))
     return {"embed": embed, "head": head}
 
