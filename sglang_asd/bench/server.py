@@ -11,6 +11,7 @@ this module started are ever signalled. Their logs go next to the benchmark's ou
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
 import shlex
 import signal
@@ -86,31 +87,68 @@ def plain_launch(args) -> Optional[str]:
     return plain_launch_args(args.launch)
 
 
+@dataclasses.dataclass
+class Targets:
+    """Where a run's requests go: the server under test (``speculative``) and the server without
+    speculative decoding (``plain``, None when there is no plain arm), by role; ``launched``
+    holds the ones this run started, whose CPU time can be read."""
+
+    urls: dict[str, Optional[str]]
+    launched: dict[str, "LaunchedServer"]
+
+    def cpu_seconds(self, role: str) -> Optional[float]:
+        """CPU seconds the ``role`` server has used so far (None unless this run launched it)."""
+        server = self.launched.get(role)
+        return None if server is None else server.cpu_seconds()
+
+
 @contextlib.contextmanager
 def target_server(args) -> Iterator[str]:
     """The base URL of ``--url``, or of a server started from ``--launch`` for the ``with`` block."""
-    with target_servers(args) as (url, _):
-        yield url
+    with target_servers(args) as targets:
+        yield targets.urls["speculative"]
 
 
 @contextlib.contextmanager
-def target_servers(args) -> Iterator[tuple[str, Optional[str]]]:
-    """``(url, plain_url)`` for the ``with`` block: each from its ``--*url`` or started from its
-    ``--*launch`` (plain_url None when there is no plain arm)."""
+def target_servers(args) -> Iterator[Targets]:
+    """The servers of a run for the ``with`` block: each from its ``--*url`` or started from
+    its ``--*launch``."""
     with contextlib.ExitStack() as stack:
         stack.enter_context(stop_on_sigterm())
+        launched: dict[str, LaunchedServer] = {}
         if args.launch is None:
             url = args.url.rstrip("/")
         else:
             print(f"starting server (log: {args.out / 'server.log'}) ...", file=sys.stderr)
-            url = stack.enter_context(LaunchedServer(args.launch, args.out / "server.log", args.launch_timeout))
+            launched["speculative"] = LaunchedServer(args.launch, args.out / "server.log", args.launch_timeout)
+            url = stack.enter_context(launched["speculative"])
         plain_url = getattr(args, "plain_url", None)
         plain_args = plain_launch(args)
         if plain_args is not None:
             print(f"starting plain server (log: {args.out / 'plain_server.log'}) ...", file=sys.stderr)
-            plain_url = stack.enter_context(LaunchedServer(plain_args, args.out / "plain_server.log",
-                                                           args.launch_timeout))
-        yield url, (plain_url.rstrip("/") if plain_url else None)
+            launched["plain"] = LaunchedServer(plain_args, args.out / "plain_server.log", args.launch_timeout)
+            plain_url = stack.enter_context(launched["plain"])
+        yield Targets({"speculative": url, "plain": plain_url.rstrip("/") if plain_url else None}, launched)
+
+
+def group_cpu_seconds(pgid: int) -> Optional[float]:
+    """User + system CPU seconds of the live processes of process group ``pgid``, from
+    ``/proc/PID/stat`` (fields 5, 14, 15); None where there is no ``/proc``."""
+    try:
+        pids = [name for name in os.listdir("/proc") if name.isdigit()]
+    except OSError:
+        return None
+    ticks = 0
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                stat = f.read()
+        except OSError:  # exited meanwhile
+            continue
+        fields = stat[stat.rindex(")") + 2:].split()  # from field 3 (state) on: the name may hold spaces
+        if int(fields[2]) == pgid:
+            ticks += int(fields[11]) + int(fields[12])
+    return ticks / os.sysconf("SC_CLK_TCK")
 
 
 @contextlib.contextmanager
@@ -245,6 +283,10 @@ class LaunchedServer:
 
     def __exit__(self, *exc) -> None:
         self.stop()
+
+    def cpu_seconds(self) -> Optional[float]:
+        """CPU seconds used so far by the server's processes (its session's process group)."""
+        return None if self.proc is None else group_cpu_seconds(self.proc.pid)
 
     def stop(self, grace: float = 60.0) -> Optional[int]:
         """Stop the server; returns the launcher's exit status (0 = clean shutdown)."""

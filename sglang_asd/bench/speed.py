@@ -49,19 +49,25 @@ COLUMNS = (
     ("speedup_cell", "tok/s vs strict [95% CI, repeats]"),
     ("prompt_speedup_cell", "per-prompt tok/s vs strict [95% CI, prompts]"), ("prompts_n", "prompts"),
     ("vs_plain", "tok/s vs plain"), ("drift_median", "baseline drift (median)"), ("tok_s_median", "tok/s"),
+    ("cpu_speedup_cell", "tokens per server CPU-s vs strict [95% CI, repeats]"),
     ("accept_length", "accept len"), ("verify_ct_mean", "verify rounds/req"), ("spent_mean", "spent/req (nats)"),
     ("applied_share", "ASD applied"), ("errors", "errors"),
 )
 CSV_COLUMNS = ("arm", "budget", "fields", "repeats_n", "speedup_median", "speedup_ci", "prompts_n", "prompt_speedup",
                "prompt_speedup_ci", "vs_plain", "drift_median", "drift_max", "tok_s_median", "strict_tok_s_median",
+               "cpu_speedup_median", "cpu_speedup_ci", "cpu_drift_median", "cpu_s_per_token_median",
                "accept_length", "strict_accept_length", "verify_ct_mean", "strict_verify_ct_mean", "spent_mean",
                "exceptions_mean", "applied_share", "errors", "fixed_work_ok")
 
 
-def pass_record(arm: Arm, repeat: int, index: int, p: PassResult, expected_tokens: int) -> dict:
+def pass_record(arm: Arm, repeat: int, index: int, p: PassResult, expected_tokens: int,
+                server_cpu_s: Optional[float] = None) -> dict:
+    """The logged form of one pass; ``server_cpu_s`` = CPU seconds the serving processes used
+    during it (launched servers only), ``cpu_s_per_token`` = that over the output tokens."""
     m = result_metrics(p.results)
     return {"kind": "pass", "repeat": repeat, "index": index, "arm": arm.label, "server": arm.server,
-            "fields": dict(arm.fields),
+            "fields": dict(arm.fields), "server_cpu_s": server_cpu_s,
+            "cpu_s_per_token": server_cpu_s / m["output_tokens"] if server_cpu_s and m["output_tokens"] else None,
             "finished": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "wall_s": p.wall_s, "tok_s": p.tokens_per_s,
             "fixed_work_ok": m["output_tokens"] == expected_tokens and not m["errors"], **m,
             "first_errors": first_errors(p.results),
@@ -90,8 +96,9 @@ def run(args: argparse.Namespace, arms: list[Arm]) -> dict:
     fp = fingerprint(args, arms, prompts)
     log_path = args.out / LOG_NAME
     RunLog.precheck(log_path, LOG_KIND, fp, args.resume)
-    with target_servers(args) as (url, plain_url):
-        urls = {"speculative": url, "plain": plain_url}
+    with target_servers(args) as targets:
+        urls = targets.urls
+        url, plain_url = urls["speculative"], urls["plain"]
         info = {"server": server_info(url), "plain_server": server_info(plain_url) if plain_url else {}}
         fp.update(server=identity(info["server"]), plain_server=identity(info["plain_server"]))
         log = RunLog.open(log_path, LOG_KIND, fp, args.resume)
@@ -117,9 +124,12 @@ def run(args: argparse.Namespace, arms: list[Arm]) -> dict:
         with tqdm(total=total, initial=total - len(todo), desc="speed passes", unit="pass", dynamic_ncols=True) as bar:
             for repeat, index in todo:
                 arm = by_label[order[index]]
+                cpu_before = targets.cpu_seconds(arm.server)
                 p = run_pass(urls[arm.server], reqs(arm, args.max_new_tokens), args.concurrency, args.timeout,
                              desc=f"repeat {repeat + 1} {arm.label}")
-                log.append(pass_record(arm, repeat, index, p, expected))
+                cpu_after = targets.cpu_seconds(arm.server)
+                cpu = None if cpu_before is None or cpu_after is None else cpu_after - cpu_before
+                log.append(pass_record(arm, repeat, index, p, expected, cpu))
                 bar.set_postfix_str(f"{arm.label} {fmt_rate(p.tokens_per_s)}")
                 bar.update(1)
                 write(build_result(log.header, log.records, args.repeats, meta), args.out)
@@ -150,6 +160,7 @@ def build_result(header: dict, records: list[dict], repeats: int, meta: Optional
     for r in rows:
         r["speedup_cell"] = report.fmt_ci(r.get("speedup_median"), r.get("speedup_ci"))
         r["prompt_speedup_cell"] = report.fmt_ci(r.get("prompt_speedup"), r.get("prompt_speedup_ci"))
+        r["cpu_speedup_cell"] = report.fmt_ci(r.get("cpu_speedup_median"), r.get("cpu_speedup_ci"))
     meta = meta or {}
     return {
         "kind": "asd-speed", "version": 2, "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),

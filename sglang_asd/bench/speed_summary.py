@@ -10,7 +10,11 @@ every candidate pass sits between two strict passes of the same repeat (a *trio*
   geometric mean over repeats; ``prompt_speedup`` is the geometric mean over prompts and
   ``prompt_speedup_ci`` its bootstrap interval over prompts: the interval to read when repeats
   are few;
-- drift = ``|before - after| / mean(before, after)``: how much the machine moved during a trio.
+- drift = ``|before - after| / mean(before, after)``: how much the machine moved during a trio;
+- CPU ratio = the same quotient in tokens per CPU-second of the serving processes (launched
+  servers only: ``cpu_s_per_token`` of each pass). Other work on a shared machine stretches wall
+  time far more than it changes the CPU time a server needs per token, so this ratio is the
+  steadier one there; tok/s is what a user waits for.
 
 Only complete trios count; ``complete`` says how many passes of the planned run are logged.
 """
@@ -68,6 +72,12 @@ def prompt_ratios(trio_list: list[tuple[dict, dict, dict]]) -> dict[str, float]:
     return {tag: stats.geometric_mean(rs) for tag, rs in per_prompt.items()}
 
 
+def _rate(p: dict) -> Optional[float]:
+    """Output tokens per CPU-second of the serving processes in one pass (None if not measured)."""
+    cpt = p.get("cpu_s_per_token")
+    return 1.0 / cpt if cpt else None
+
+
 def _pooled(ps: list[dict], key: str) -> Optional[float]:
     return stats.mean(p.get(key) for p in ps)
 
@@ -77,6 +87,9 @@ def arm_row(arm: Arm, passes: list[dict], seed: int = 0) -> dict:
     ts = trios(passes, arm.label)
     ratios = [stats.ratio(c["tok_s"], stats.mean([b["tok_s"], a["tok_s"]])) for b, c, a in ts]
     drifts = [stats.drift(b["tok_s"], a["tok_s"]) for b, _, a in ts]
+    per_cpu_s = [(_rate(b), _rate(c), _rate(a)) for b, c, a in ts]
+    cpu_ratios = [stats.ratio(c, stats.mean([b, a])) for b, c, a in per_cpu_s if None not in (b, c, a)]
+    cpu_drifts = [stats.drift(b, a) for b, c, a in per_cpu_s if None not in (b, c, a)]
     per_prompt = prompt_ratios(ts)
     cands = [c for _, c, _ in ts]
     bases = [x for b, _, a in ts for x in (b, a)]
@@ -88,6 +101,10 @@ def arm_row(arm: Arm, passes: list[dict], seed: int = 0) -> dict:
         "prompt_speedup_ci": stats.bootstrap_ci(list(per_prompt.values()), "gmean", seed=seed),
         "drift_median": stats.median(drifts),
         "drift_max": max((d for d in drifts if d is not None), default=None),
+        "cpu_speedup_median": stats.median(cpu_ratios),
+        "cpu_speedup_ci": stats.bootstrap_ci(cpu_ratios, "median", seed=seed), "cpu_repeats_n": len(cpu_ratios),
+        "cpu_drift_median": stats.median(cpu_drifts),
+        "cpu_s_per_token_median": stats.median(c.get("cpu_s_per_token") for c in cands),
         "tok_s_median": stats.median(c["tok_s"] for c in cands),
         "strict_tok_s_median": stats.median(stats.mean([b["tok_s"], a["tok_s"]]) for b, _, a in ts),
         "accept_length": _pooled(cands, "accept_length"),
@@ -108,6 +125,8 @@ def strict_row(passes: list[dict]) -> dict:
     ps = [p for p in passes if p["arm"] == STRICT]
     return {"arm": STRICT, "budget": 0.0, "fields": "asd_budget=0", "repeats_n": len({p["repeat"] for p in ps}),
             "speedup_median": 1.0 if ps else None, "tok_s_median": stats.median(p["tok_s"] for p in ps),
+            "cpu_speedup_median": 1.0 if any(p.get("cpu_s_per_token") for p in ps) else None,
+            "cpu_s_per_token_median": stats.median(p.get("cpu_s_per_token") for p in ps),
             "accept_length": _pooled(ps, "accept_length"), "verify_ct_mean": _pooled(ps, "verify_ct_mean"),
             "spent_mean": _pooled(ps, "spent_mean"), "errors": sum(p["errors"] for p in ps),
             "fixed_work_ok": all(p["fixed_work_ok"] for p in ps)}

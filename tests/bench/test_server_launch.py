@@ -80,6 +80,19 @@ def test_speed_launches_both_servers_and_stops_them(tmp_path, monkeypatch):
     assert result["plain_server"]["speculative_algorithm"] is None
     assert [r["arm"] for r in result["arms"]] == ["plain", "strict", "b8"]
     assert "--model-path m --port" in (out / "plain_server.log").read_text()
+    # launched servers: the CPU time of their processes during each pass is logged
+    assert all(p["server_cpu_s"] is not None and p["server_cpu_s"] >= 0 for p in result["passes"])
+    for p in result["passes"]:
+        if p["server_cpu_s"]:
+            assert p["cpu_s_per_token"] == pytest.approx(p["server_cpu_s"] / p["output_tokens"])
+
+
+def test_group_cpu_seconds_reads_proc():
+    from sglang_asd.bench.server import group_cpu_seconds
+
+    mine = group_cpu_seconds(os.getpgid(0))   # this test run's own process group has used CPU
+    assert mine is not None and mine > 0
+    assert group_cpu_seconds(2 ** 22 + 12345) == 0.0   # no such group
 
 
 def test_sigterm_stops_the_launched_server(tmp_path):
@@ -97,8 +110,8 @@ class Shim(server.LaunchedServer):
         super().__init__(a, log, timeout, python={shim!r})
 server.LaunchedServer = Shim
 args = types.SimpleNamespace(launch="", url=None, out=__import__("pathlib").Path({str(tmp_path)!r}), launch_timeout=30)
-with server.target_servers(args) as (url, _):
-    print(url, flush=True)
+with server.target_servers(args) as targets:
+    print(targets.urls["speculative"], flush=True)
     time.sleep(60)
 """
     child = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)

@@ -50,6 +50,19 @@ def test_incomplete_trio_does_not_count():
     assert rows["b32"]["speedup_median"] is None and rows["b32"]["speedup_ci"] is None
 
 
+def test_cpu_ratio_is_tokens_per_cpu_second_against_strict():
+    passes = _repeat(0, [("strict", 100), ("b8", 50), ("strict", 100), ("b32", 100), ("strict", 100)])
+    for p, cpt in zip(passes, [0.02, 0.015, 0.03, None, 0.02]):
+        p["cpu_s_per_token"] = cpt
+    rows = {r["arm"]: r for r in speed_summary.summarize(passes, ARMS)}
+    # strict neighbours: 50 and 33.3 tokens per CPU-s, b8: 66.7 -> 66.7 / 41.67 = 1.6
+    assert rows["b8"]["cpu_speedup_median"] == pytest.approx((1 / 0.015) / ((1 / 0.02 + 1 / 0.03) / 2))
+    assert rows["b8"]["cpu_drift_median"] == pytest.approx(abs(50 - 100 / 3) / ((50 + 100 / 3) / 2))
+    assert rows["b8"]["speedup_median"] == pytest.approx(0.5)       # wall clock and CPU time disagree here
+    assert rows["b32"]["cpu_speedup_median"] is None and rows["b32"]["cpu_repeats_n"] == 0  # not measured
+    assert rows["strict"]["cpu_s_per_token_median"] == pytest.approx(0.02)
+
+
 def test_per_prompt_ratios_geometric_means():
     arms = resolve_arms("0,8", None, "0")
     passes = []
