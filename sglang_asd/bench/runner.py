@@ -55,7 +55,8 @@ def run_pass(base_url: str, requests_: Sequence[GenRequest], concurrency: int, t
         bar = tqdm(total=len(requests_), desc=desc, unit="req", leave=False, dynamic_ncols=True)
     results: list[Optional[GenResult]] = [None] * len(requests_)
     t0 = time.perf_counter()
-    with concurrent.futures.ThreadPoolExecutor(max_workers=concurrency) as pool:
+    pool = concurrent.futures.ThreadPoolExecutor(max_workers=concurrency)
+    try:
         futures = {pool.submit(one, req): i for i, req in enumerate(requests_)}
         for fut in concurrent.futures.as_completed(futures):
             index = futures[fut]
@@ -64,6 +65,11 @@ def run_pass(base_url: str, requests_: Sequence[GenRequest], concurrency: int, t
                 on_result(index, results[index])
             if bar is not None:
                 bar.update(1)
+    except BaseException:
+        # Interrupted (Ctrl-C, SIGTERM): drop the queued requests instead of sending them all first.
+        pool.shutdown(wait=False, cancel_futures=True)
+        raise
+    pool.shutdown(wait=True)
     wall = time.perf_counter() - t0
     if bar is not None:
         bar.close()

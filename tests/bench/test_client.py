@@ -81,3 +81,27 @@ def test_connection_error_is_a_result():
 def test_served_model(fake_server_url):
     assert served_model(requests.Session(), fake_server_url) == "fake-model"
     assert served_model(requests.Session(), "http://127.0.0.1:9", timeout=1) == "default"
+
+
+def test_interrupted_pass_does_not_send_the_queued_requests(fake_server_url, monkeypatch):
+    import time
+
+    from sglang_asd.bench import runner
+
+    sent = []
+    real_send = runner.send
+
+    def counting_send(*args, **kwargs):
+        sent.append(1)
+        return real_send(*args, **kwargs)
+
+    def stop_after_two(i, result):
+        if len(sent) >= 2:
+            raise KeyboardInterrupt
+
+    monkeypatch.setattr(runner, "send", counting_send)
+    reqs = [GenRequest(text="x", max_new_tokens=8, budget=0.0, ignore_eos=True, tag=str(i)) for i in range(40)]
+    with pytest.raises(KeyboardInterrupt):
+        runner.run_pass(fake_server_url, reqs, concurrency=1, progress=False, on_result=stop_after_two)
+    time.sleep(0.5)             # let an in-flight request finish
+    assert len(sent) <= 3       # the queued ones were cancelled, not sent before the interrupt got out
