@@ -35,7 +35,7 @@ from sglang_asd.bench.arms import Arm, resolve_arms
 from sglang_asd.bench.audit_report import BY_ARM_COLUMNS, write
 from sglang_asd.bench.client import GenRequest, served_model
 from sglang_asd.bench.runlog import RunLog, RunLogError, read_log
-from sglang_asd.bench.runner import run_pass
+from sglang_asd.bench.runner import preflight, run_pass
 from sglang_asd.bench.server import add_server_args, identity, server_info, target_server
 
 LOG_NAME = "audit_items.jsonl"
@@ -103,11 +103,14 @@ def run(args: argparse.Namespace, arms: list[Arm], tasks: list[str], speed: Opti
     with target_server(args) as url:
         info = server_info(url)
         fp["server"] = identity(info)
+        model = served_model(requests.Session(), url)
+        first = prompts[tasks[0]][0]
+        preflight([(a.label, url, GenRequest(text=first.text, max_new_tokens=1, fields=dict(a.fields), api=args.api,
+                                             model=model, tag="preflight")) for a in arms], args.timeout)
         log = RunLog.open(log_path, LOG_KIND, fp, args.resume)
         check_arms(items_of(log.records), arms, log_path)
         log.append({"kind": "plan", "arms": [a.to_dict() for a in arms], "tasks": tasks, "limit": args.limit,
                     "started": time.strftime("%Y-%m-%dT%H:%M:%S%z")})
-        model = served_model(requests.Session(), url)
         done = {key for key, r in audit_summary.latest(items_of(log.records)).items() if r["ok"]}
         from tqdm import tqdm
 

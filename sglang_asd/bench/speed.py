@@ -36,7 +36,7 @@ from sglang_asd.bench.arms import PLAIN, PLAIN_ARM, STRICT, Arm, resolve_arms
 from sglang_asd.bench.client import GenRequest, served_model
 from sglang_asd.bench.metrics import first_errors, result_metrics
 from sglang_asd.bench.runlog import RunLog, RunLogError, read_log
-from sglang_asd.bench.runner import PassResult, run_pass
+from sglang_asd.bench.runner import PassResult, preflight, run_pass
 from sglang_asd.bench.server import (add_plain_args, add_server_args, identity, plain_launch, server_info,
                                      target_servers)
 
@@ -101,9 +101,13 @@ def run(args: argparse.Namespace, arms: list[Arm]) -> dict:
         url, plain_url = urls["speculative"], urls["plain"]
         info = {"server": server_info(url), "plain_server": server_info(plain_url) if plain_url else {}}
         fp.update(server=identity(info["server"]), plain_server=identity(info["plain_server"]))
+        model = served_model(requests.Session(), url)
+        preflight([(a.label, urls[a.server], GenRequest(text=prompts[0].text, max_new_tokens=1, fields=dict(a.fields),
+                                                        api=args.api, model=model, tag="preflight")) for a in arms],
+                  args.timeout)
         log = RunLog.open(log_path, LOG_KIND, fp, args.resume)
         log.append({"kind": "plan", "repeats": args.repeats, "started": time.strftime("%Y-%m-%dT%H:%M:%S%z")})
-        meta = {"urls": urls, **info, "model": served_model(requests.Session(), url)}
+        meta = {"urls": urls, **info, "model": model}
         by_label = {a.label: a for a in arms}
 
         def reqs(arm: Arm, max_new: int) -> list[GenRequest]:

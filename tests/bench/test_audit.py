@@ -152,3 +152,10 @@ def test_noise_floor_label_is_reserved(tmp_path):
     with pytest.raises(SystemExit, match="reserved for --noise-floor"):
         audit.main(["--url", "http://127.0.0.1:9", "--arms", "strict-rerun:asd_budget=1", "--out", str(tmp_path)])
     assert audit.NOISE_ARM == Arm("strict-rerun", {"asd_budget": 0.0})
+
+
+def test_an_arm_the_server_rejects_fails_before_anything_is_logged(fake_server_url, tmp_path):
+    with pytest.raises(SystemExit, match="rejects arm big: HTTP 400: asd_budget must be"):
+        audit.main(["--url", fake_server_url, "--budgets", "0", "--arms", "big:asd_budget=100", "--tasks", "mmlu",
+                    "--limit", "2", "--out", str(tmp_path)])
+    assert not (tmp_path / audit.LOG_NAME).exists()

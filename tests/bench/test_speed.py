@@ -197,3 +197,10 @@ def test_arm_row_with_custom_fields_keeps_its_label():
     row = speed_summary.arm_row(arm, passes)
     assert row["arm"] == "m1" and row["budget"] is None and row["speedup_median"] == pytest.approx(1.2)
     assert row["fields"] == "asd_rule=margin, asd_margin=1"
+
+
+def test_an_arm_the_server_rejects_fails_before_anything_is_logged(fake_server_url, tmp_path):
+    with pytest.raises(SystemExit, match=r"rejects arm big: HTTP 400: asd_budget must be a finite number in \[0, 64\]"):
+        speed.main(["--url", fake_server_url, "--budgets", "0", "--arms", "big:asd_budget=100", "--num-prompts", "2",
+                    "--max-new-tokens", "4", "--repeats", "1", "--out", str(tmp_path)])
+    assert not (tmp_path / speed.LOG_NAME).exists()     # a corrected run starts fresh, no --resume needed

@@ -52,11 +52,14 @@ speed_json() { [ -f "$1" ] && echo "--speed-json $1"; }
 
 log "run_all.sh at $(git -C "$REPO" rev-parse --short HEAD) -> $OUT"
 
-# 1. Qwen speed at fixed work: plain, strict, budgets 2/8/32 at gate 0.25, budget 8 at gate 0.5
-ARMS="--budgets 0,2,8,32 --arms b8g0.5:asd_budget=8,asd_gate=0.5"
+# 1. Qwen speed at fixed work: plain, strict, budgets 2/8/32 at gate 0.25, budget 8 at gate 0.5.
+# A request may lower the server's gate, never raise it: the server runs at --asd-gate 0.5 and
+# every arm states its gate.
+G25=asd_gate=0.25
+ARMS="--budgets 0 --arms b2:asd_budget=2,$G25;b8:asd_budget=8,$G25;b32:asd_budget=32,$G25;b8g0.5:asd_budget=8,asd_gate=0.5"
 for r in 1 2 3; do
     for c in 1 4; do
-        step "qwen_speed_c${c}_r$r" sglang_asd.bench.speed --launch="$QWEN $FIX" --plain-launch $ARMS \
+        step "qwen_speed_c${c}_r$r" sglang_asd.bench.speed --launch="$QWEN $FIX --asd-gate 0.5" --plain-launch $ARMS \
             --dataset gsm8k,mtbench --num-prompts 16 --max-new-tokens 128 --concurrency $c --repeats $r \
             $LONG --out "$OUT/qwen_speed_c$c"
     done
