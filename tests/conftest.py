@@ -47,13 +47,17 @@ class ServerPool:
     def __init__(self):
         self.alive: dict[tuple, Server] = {}  # insertion order = recency
 
-    def get(self, config: str, stock: bool = False, extra: tuple = ()) -> Server:
-        key = (config, "stock" if stock else "asd", tuple(extra))
+    def get(self, config: str, stock: bool = False, extra: tuple = (), overlap: bool = False) -> Server:
+        """``overlap``: SGLang's overlap scheduler kept on for CPU speculative decoding (``tests/cpu_overlap.py``)."""
+        key = (config, "stock" if stock else "asd", tuple(extra), overlap)
         server = self.alive.pop(key, None)
         if server is None:
             while len(self.alive) >= MAX_ALIVE:
                 self.alive.pop(next(iter(self.alive))).stop()
-            module = "sglang_asd.stock_server" if stock else "sglang_asd.launch_server"
+            if overlap:
+                module = "tests.overlap_stock_server" if stock else "tests.overlap_asd_server"
+            else:
+                module = "sglang_asd.stock_server" if stock else "sglang_asd.launch_server"
             args = list(CONFIGS[config]) + ([] if stock else ["--enable-metrics", *ASD_ARGS.get(config, ())])
             args += list(extra)
             server = Server(f"{config}-{key[1]}", args, module=module)

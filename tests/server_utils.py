@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import tempfile
 import time
 from pathlib import Path
@@ -21,7 +22,7 @@ class Server:
         self.name = name
         self.log_path = Path(tempfile.mkdtemp(prefix=f"sglang_asd_test_{name}_")) / "server.log"
         env = dict(os.environ, PYTHONUNBUFFERED="1")
-        self._launched = LaunchedServer([*args, "--dtype", "float32", "--log-level", "warning"], self.log_path,
+        self._launched = LaunchedServer(["--dtype", "float32", "--log-level", "warning", *args], self.log_path,
                                         timeout=START_TIMEOUT_S, module=module, env=env)
         t0 = time.time()
         self.url = self._launched.__enter__()
@@ -42,3 +43,26 @@ class Server:
 
     def stop(self, timeout: float = 60) -> int:
         return self._launched.stop(grace=timeout)
+
+
+def check_receipt(out: dict, budget: float, cap: int = 2) -> dict:
+    """The receipt of a /generate response agrees with the output and never overspends."""
+    meta = out["meta_info"]
+    r = meta["asd"]
+    n = len(out["output_ids"])
+    assert r["applied"] and r["reason"] is None and r["budget"] == budget
+    assert 0 <= r["spent"] <= budget + 1e-6 and abs(r["remaining"] - (budget - r["spent"])) < 1e-5
+    assert r["exceptions"] == len(r["events"]) or r["events_truncated"]
+    assert r["exceptions"] <= cap * meta.get("spec_verify_ct", 0)  # absent: no verify round ran
+    assert abs(sum(e["regret"] for e in r["events"]) - r["spent"]) < 1e-4
+    positions = [e["pos"] for e in r["events"]]
+    assert positions == sorted(set(positions)) and all(0 <= p < n for p in positions)
+    for e in r["events"]:
+        assert out["output_ids"][e["pos"]] == e["draft"] != e["target"] and e["regret"] >= 0
+    return r
+
+
+def metric(server, name: str) -> float:
+    """The sum over labels of a Prometheus sample on the server's ``/metrics``."""
+    text = requests.get(server.url + "/metrics").text
+    return sum(float(m.group(1)) for m in re.finditer(rf"^{re.escape(name)}(?:{{[^}}]*}})? (\S+)$", text, re.M))

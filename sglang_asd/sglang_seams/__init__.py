@@ -94,7 +94,7 @@ def check_installed(targets: Iterable[str], bindings: Iterable[tuple[str, str]] 
 
 
 def scheduler_hooks(settings: ASDServerSettings) -> list[tuple[str, Callable]]:
-    from sglang_asd.sglang_seams import eagle_sample, req_to_token_pool, scheduler, standalone_draft
+    from sglang_asd.sglang_seams import eagle_sample, req_to_token_pool, scheduler, standalone_draft, verify_warmup
 
     hooks = [
         (eagle_sample.EAGLE_SAMPLE, eagle_sample.eagle_sample_around),
@@ -104,6 +104,7 @@ def scheduler_hooks(settings: ASDServerSettings) -> list[tuple[str, Callable]]:
         (scheduler.CREATE_REQ, scheduler.create_generation_req_around),
         (scheduler.STREAMER_CLASS, scheduler.output_streamer_class_around),
         (scheduler.INIT_METRICS, scheduler.init_metrics_collector_around),
+        (verify_warmup.INIT_MODEL_WORKER, verify_warmup.init_model_worker_around),
     ]
     if settings.standalone_draft_fix:
         hooks += standalone_draft.hooks()

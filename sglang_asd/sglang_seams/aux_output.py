@@ -4,8 +4,8 @@ Implements SGLang's ``DeviceAuxiliaryOutput`` / ``HostAuxiliaryOutput`` protocol
 (``sglang.srt.managers.auxiliary_output``) with one dataclass: ``copy_to_host`` returns the same
 type holding host tensors, copied by SGLang together with the batch's tokens (no extra sync), and
 ``consume`` runs on that host copy after the tokens are committed to each request and before
-responses are streamed. Rows align with ``batch.reqs``; path position d is draft position d, whose
-token lands at output index ``commit.output_index + d``.
+responses are streamed. Rows align with ``batch.reqs``; the token of draft position i lands at
+output index ``commit.output_index + i``.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ import torch
 @dataclasses.dataclass(frozen=True)
 class ASDRoundOutput:
     active: torch.Tensor  # [bs] bool: the row was decided by ASD
-    exception_mask: torch.Tensor  # [bs, K] bool: draft position d was an exception
+    exception_mask: torch.Tensor  # [bs, K] bool: draft position i was an exception
     suffix_mask: torch.Tensor  # [bs, K] bool: an exact token accepted after the round's first exception
     exception_regret: torch.Tensor  # [bs, K] float32
     draft_token: torch.Tensor  # [bs, K] int64: the accepted token at each draft position
@@ -48,17 +48,18 @@ class ASDRoundOutput:
         draft = self.draft_token.numpy()
         target = self.target_token.numpy()
         spent_total, exceptions_total, suffix_total = 0.0, 0, 0
-        for i in np.flatnonzero(active):
-            commit = commits[i]
-            ledger = getattr(batch.reqs[i], "asd_ledger", None)
+        for row in np.flatnonzero(active):
+            commit = commits[row]
+            ledger = getattr(batch.reqs[row], "asd_ledger", None)
             if commit is None or ledger is None:
                 continue
             visible = min(len(commit.token_ids), exception.shape[1])
-            for d in np.flatnonzero(exception[i, :visible]):
-                ledger.record(commit.output_index + int(d), int(draft[i, d]), int(target[i, d]), float(regret[i, d]))
-                spent_total += float(regret[i, d])
+            for pos in np.flatnonzero(exception[row, :visible]):
+                ledger.record(commit.output_index + int(pos), int(draft[row, pos]), int(target[row, pos]),
+                              float(regret[row, pos]))
+                spent_total += float(regret[row, pos])
                 exceptions_total += 1
-            n_suffix = int(suffix[i, :visible].sum())
+            n_suffix = int(suffix[row, :visible].sum())
             ledger.suffix_tokens += n_suffix
             suffix_total += n_suffix
         metrics = get_runtime().metrics

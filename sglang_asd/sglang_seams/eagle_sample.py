@@ -49,6 +49,7 @@ from sglang.srt.managers.auxiliary_output import append_auxiliary_output
 from sglang.srt.speculative import eagle_utils
 
 from sglang_asd.sglang_seams.aux_output import ASDRoundOutput
+from sglang_asd.sglang_seams.verify_warmup import note_variant
 from sglang_asd.verify import ASDVerifyOutput, asd_verify
 
 EAGLE_SAMPLE = "sglang.srt.speculative.eagle_utils.eagle_sample"
@@ -111,6 +112,7 @@ _STEP: contextvars.ContextVar[Optional[_VerifyStep]] = contextvars.ContextVar("a
 
 
 def _run_asd(step: _VerifyStep, candidates, retrive_next_token, retrive_next_sibling, target_predict):
+    note_variant(candidates, step.logits, step.depth, step.stop_tokens, target_predict)
     return _tp_consistent(asd_verify(
         candidates,
         step.logits,
@@ -211,7 +213,7 @@ def eagle_sample_around(original, *args, **kwargs):
 
 
 def _round_output(out: ASDVerifyOutput, active: torch.Tensor, candidates: torch.Tensor, K: int) -> ASDRoundOutput:
-    """What the host ledger needs of one round, per draft position d = 0..K-1 of the accepted path."""
+    """What the host ledger needs of one round, per draft position i = 0..K-1 of the accepted path."""
     bs, W = candidates.shape
     # Local node id of each path position 1..K (draft positions 0..K-1); -1 padding -> node 0.
     path = out.accept_index[:, 1:].to(torch.int64) - torch.arange(bs, device=candidates.device)[:, None] * W

@@ -7,33 +7,18 @@ import re
 import pytest
 import requests
 
+from tests.server_utils import check_receipt, metric
+
 pytestmark = pytest.mark.server
 
 PROMPTS = ["The quick brown fox", "def add(a, b):", "Once upon a time in a land far away", "1, 2, 3,",
            "import numpy as np", "Dear Sir or Madam,", "The weather today", "SELECT * FROM"]
-CAP = 2  # server default --asd-max-exceptions-per-block
 ALGORITHMS = ["standalone", "eagle", "eagle_tree", "eagle3", "ngram"]
 
 
 @pytest.fixture(scope="module")
 def server(servers):
     return servers.get("eagle")
-
-
-def _check_receipt(out: dict, budget: float):
-    meta = out["meta_info"]
-    r = meta["asd"]
-    n = len(out["output_ids"])
-    assert r["applied"] and r["reason"] is None and r["budget"] == budget
-    assert 0 <= r["spent"] <= budget + 1e-6 and abs(r["remaining"] - (budget - r["spent"])) < 1e-5
-    assert r["exceptions"] == len(r["events"]) or r["events_truncated"]
-    assert r["exceptions"] <= CAP * meta["spec_verify_ct"]
-    assert abs(sum(e["regret"] for e in r["events"]) - r["spent"]) < 1e-4
-    positions = [e["pos"] for e in r["events"]]
-    assert positions == sorted(set(positions)) and all(0 <= p < n for p in positions)
-    for e in r["events"]:
-        assert out["output_ids"][e["pos"]] == e["draft"] != e["target"] and e["regret"] >= 0
-    return r
 
 
 @pytest.mark.parametrize("algorithm", ALGORITHMS)
@@ -43,7 +28,7 @@ def test_budget_receipts_and_acceptance(servers, algorithm):
     for p in PROMPTS[:4]:
         strict = server.generate(p, max_new_tokens=32, ignore_eos=True)
         asd = server.generate(p, max_new_tokens=32, ignore_eos=True, asd_budget=8)
-        r = _check_receipt(asd, 8.0)
+        r = check_receipt(asd, 8.0)
         strict_len += strict["meta_info"]["spec_accept_length"]
         asd_len += asd["meta_info"]["spec_accept_length"]
         spent += r["spent"]
@@ -147,17 +132,12 @@ def test_streaming_receipts(server):
     assert finals and finals[-1]["asd"]["budget"] == 8.0
 
 
-def _metric(server, name: str) -> float:
-    text = requests.get(server.url + "/metrics").text
-    return sum(float(m.group(1)) for m in re.finditer(rf"^{re.escape(name)}(?:{{[^}}]*}})? (\S+)$", text, re.M))
-
-
 def test_metrics_move(server):
-    before = _metric(server, "sglang:asd_exceptions_total")
-    req_before = _metric(server, "sglang:asd_requests_total")
+    before = metric(server, "sglang:asd_exceptions_total")
+    req_before = metric(server, "sglang:asd_requests_total")
     out = server.generate("Once upon a time in a land far away", max_new_tokens=32, ignore_eos=True, asd_budget=16)
-    assert _metric(server, "sglang:asd_requests_total") >= req_before + 1
-    assert _metric(server, "sglang:asd_exceptions_total") - before >= out["meta_info"]["asd"]["exceptions"]
+    assert metric(server, "sglang:asd_requests_total") >= req_before + 1
+    assert metric(server, "sglang:asd_exceptions_total") - before >= out["meta_info"]["asd"]["exceptions"]
 
 
 def test_abort_mid_stream_leaves_no_ledger(server):
@@ -170,9 +150,9 @@ def test_abort_mid_stream_leaves_no_ledger(server):
     import time
 
     deadline = time.time() + 30
-    while time.time() < deadline and _metric(server, "sglang:asd_active_ledgers") > 0:
+    while time.time() < deadline and metric(server, "sglang:asd_active_ledgers") > 0:
         time.sleep(0.5)
-    assert _metric(server, "sglang:asd_active_ledgers") == 0
+    assert metric(server, "sglang:asd_active_ledgers") == 0
     assert server.generate("hi", max_new_tokens=4, asd_budget=1)["meta_info"]["asd"]["applied"]
 
 

@@ -1,0 +1,74 @@
+"""Seam: ``sglang.srt.managers.scheduler.Scheduler.init_model_worker`` (AROUND), the verify warm-up.
+
+- Process: scheduler (every TP rank), once, after the model, the draft and the CUDA graphs are
+  set up and before the scheduler reports ready.
+- Why: Triton compiles and loads a kernel variant at its first launch. A variant first met while
+  serving costs a compile mid-request and a module load after ready, which SGLang warns about
+  (``srt/utils/triton_load_watch.py``) and treats as fatal with
+  ``SGLANG_CRASH_ON_TRITON_LOAD_AFTER_READY=1``.
+- How: ``sglang_asd.verify.warmup`` lists every variant this server's verify can launch (its
+  (W, K) shapes, adaptive candidate steps included, x the logits dtypes x with and without
+  SGLang's argmax) and launches each once on this rank's GPU; on CPU nothing compiles and only the
+  list is kept. While serving, ``note_variant`` checks each verify call's variant against that
+  list (from tensor metadata: no sync) and logs, once per variant, one seen (INFO) and one that
+  was not warmed up (WARNING): the check that the enumeration is what serving produces.
+- Logits dtypes: SGLang hands the verify float32 logits from its own buffer, or a slice in the
+  model's dtype; both are warmed.
+- Upstream: none needed (a plain extension of start-up). Removal: never, while the kernel is ours.
+- Tested on: sglang 0.5.23, CPU (the list and the serving check); CUDA: scripts/device_e2e.sh.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import torch
+
+from sglang_asd.sglang_seams.modes import unsupported_mode
+from sglang_asd.sglang_seams.runtime import get_runtime
+from sglang_asd.verify.warmup import key_of_call, verify_shapes, warmup
+
+logger = logging.getLogger(__name__)
+
+INIT_MODEL_WORKER = "sglang.srt.managers.scheduler.Scheduler.init_model_worker"
+
+
+def server_verify_shapes(server_args) -> set:
+    """The (W, K) pairs this server's verify can see (``verify.warmup.verify_shapes``)."""
+    adaptive_steps = ()
+    if getattr(server_args, "speculative_adaptive", False):
+        from sglang.srt.speculative.adaptive_spec_params import resolve_candidate_steps_from_config
+
+        adaptive_steps = resolve_candidate_steps_from_config(cfg_path=server_args.speculative_adaptive_config)
+    return verify_shapes(server_args.speculative_num_steps, server_args.speculative_num_draft_tokens,
+                         ngram=(server_args.speculative_algorithm or "").upper() == "NGRAM",
+                         adaptive_steps=adaptive_steps)
+
+
+def init_model_worker_around(original, self, *args, **kwargs):
+    result = original(self, *args, **kwargs)
+    args_ = self.server_args
+    if self.spec_algorithm.is_none() or unsupported_mode(args_.speculative_algorithm, args_.disaggregation_mode):
+        return result
+    dtypes = sorted({"float32", str(self.model_config.dtype).removeprefix("torch.")})
+    device = torch.device("cuda", torch.cuda.current_device()) if self.device == "cuda" else torch.device(self.device)
+    keys = warmup(device, server_verify_shapes(args_), V=self.model_config.vocab_size, logits_dtypes=dtypes)
+    runtime = get_runtime()
+    runtime.warmed_variants = frozenset(keys)
+    logger.info("sglang_asd: verify warm-up on %s: %d variants %s", device, len(keys), sorted(keys, key=repr))
+    return result
+
+
+def note_variant(candidates, logits, depth, stop_tokens, target_predict) -> None:
+    """Log a verify call's kernel variant the first time it is seen (and warn if not warmed up)."""
+    runtime = get_runtime()
+    if runtime.warmed_variants is None:
+        return
+    key = key_of_call(candidates, logits, depth, stop_tokens, target_predict)
+    if key in runtime.seen_variants:
+        return
+    runtime.seen_variants.add(key)
+    if key in runtime.warmed_variants:
+        logger.info("sglang_asd: verify variant seen: %r", key)
+    else:
+        logger.warning("sglang_asd: verify variant %r was not warmed up at start-up; on CUDA it compiles now", key)

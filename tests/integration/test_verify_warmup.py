@@ -1,0 +1,39 @@
+"""The start-up warm-up lists exactly the verify variants serving launches (``sglang_seams/verify_warmup.py``).
+
+On CPU nothing compiles, but the scheduler keeps the list it would warm on CUDA and checks every
+verify call against it; a variant met while serving that is not on the list is a WARNING line.
+"""
+
+import concurrent.futures as cf
+import re
+from types import SimpleNamespace
+
+import pytest
+
+from sglang_asd.sglang_seams.verify_warmup import server_verify_shapes
+
+
+def test_shapes_cover_adaptive_candidate_steps_and_ngram():
+    eagle = SimpleNamespace(speculative_num_steps=3, speculative_num_draft_tokens=4, speculative_algorithm="EAGLE",
+                            speculative_adaptive=False, speculative_adaptive_config=None)
+    assert server_verify_shapes(eagle) == {(4, 3)}
+    ngram = SimpleNamespace(**{**vars(eagle), "speculative_algorithm": "NGRAM", "speculative_num_draft_tokens": 8})
+    assert server_verify_shapes(ngram) == {(8, 7)}
+    adaptive = SimpleNamespace(**{**vars(eagle), "speculative_adaptive": True})
+    # SGLang 0.5.23's default adaptive config: candidate steps {0, 1, 3, 5, 7} over its batch-size tiers.
+    assert server_verify_shapes(adaptive) == {(4, 3), (1, 0), (2, 1), (6, 5), (8, 7)}
+
+
+@pytest.mark.server
+@pytest.mark.parametrize("config", ["eagle", "eagle_tree", "ngram"])
+def test_serving_launches_only_warmed_variants(servers, config):
+    server = servers.get(config, extra=("--log-level", "info"))
+    prompts = ["The quick brown fox", "def add(a, b):", "Once upon a time", "1, 2, 3,"] * 4
+    for width in (1, 3, 16):  # batch sizes vary the verify's bs; stop tokens vary the stop width
+        with cf.ThreadPoolExecutor(width) as pool:
+            list(pool.map(lambda p: server.generate(p, max_new_tokens=12, asd_budget=8,
+                                                    stop_token_ids=list(range(1, 1 + width))), prompts[:width]))
+    log = open(server.log_path, errors="replace").read()
+    assert re.search(r"sglang_asd: verify warm-up on cpu: \d+ variants", log), server.tail()
+    assert "verify variant seen" in log
+    assert "was not warmed up" not in log, [line for line in log.splitlines() if "not warmed" in line]
