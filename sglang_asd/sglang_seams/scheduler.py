@@ -14,7 +14,13 @@
   ``"asd"`` (SGLang's ``build_additional_customized_info`` extension point).
 - Upstream: both are SGLang extension points; nothing to upstream.
 
-Removal plan for both: none needed beyond following SGLang's extension points. Tested on 0.5.23.
+``Scheduler.init_metrics_collector`` (AROUND, scheduler process)
+- Why: the ``sglang:asd_*`` metrics (``metrics.py``) are created beside SGLang's own collectors, on
+  the rank that exports them, so TP ranks do not double count.
+- How: call the original; if it created a metrics collector, create ours.
+- Upstream: an extension point in spirit; nothing to upstream.
+
+Removal plan for all three: none needed beyond following SGLang's extension points. Tested on 0.5.23.
 """
 
 from __future__ import annotations

@@ -1,0 +1,57 @@
+"""docs/SEAMS.md lists exactly the hooks the code registers, each with a module, patch and test that exist."""
+
+import importlib
+import re
+from pathlib import Path
+
+from sglang_asd.server_settings import ASDServerSettings
+
+ROOT = Path(__file__).resolve().parents[2]
+ROW = re.compile(r"^\| `(sglang\.[\w.]+)` \| ([^|]+) \| `(sglang_seams/\w+\.py)` \| [^|]+ \| ([^|]+) \| [^|]+ \| `([\w/.]+)` \|$")
+
+
+def _rows():
+    text = (ROOT / "docs" / "SEAMS.md").read_text()
+    hooks = text.split("## Hooks", 1)[1].split("## ", 1)[0]
+    rows = [ROW.match(line) for line in hooks.splitlines() if line.startswith("| `sglang.")]
+    assert all(rows), [line for line, m in zip(hooks.splitlines(), rows) if not m]
+    return {m.group(1): m for m in rows}
+
+
+def _registered():
+    from sglang_asd import sglang_seams
+    from sglang_asd.sglang_seams import cpu_paths
+
+    hooks = sglang_seams.scheduler_hooks(ASDServerSettings(standalone_draft_fix=True))
+    hooks += sglang_seams.frontend_hooks()
+    hooks.append((cpu_paths.GET_LAST_LOC, cpu_paths.get_last_loc_around))  # registered only on CPU
+    return {target: hook for target, hook in hooks}
+
+
+def test_the_index_lists_exactly_the_registered_hooks():
+    rows, registered = _rows(), _registered()
+    assert sorted(rows) == sorted(registered)
+    for target, hook in registered.items():
+        module = rows[target].group(3)
+        assert hook.__module__ == "sglang_asd." + module[:-3].replace("/", "."), target
+        doc = importlib.import_module(hook.__module__).__doc__
+        name = target.rsplit(".", 1)[1]
+        assert name in doc, f"{module}'s docstring does not name {name}"
+
+
+def test_every_row_names_an_existing_patch_and_test():
+    for target, m in _rows().items():
+        patch = m.group(4).strip()
+        if not patch.startswith("none"):
+            assert (ROOT / "patches" / "sglang-0.5.23" / patch.strip("`")).is_file(), patch
+        assert (ROOT / m.group(5)).is_file(), m.group(5)
+
+
+def test_the_standalone_fix_hooks_are_opt_in():
+    from sglang_asd import sglang_seams
+
+    default = {t for t, _ in sglang_seams.scheduler_hooks(ASDServerSettings())}
+    assert not any("standalone" in t or "prepare_for_draft" in t for t in default)
+    assert {t for t, m in _rows().items() if "--asd-standalone-draft-fix" in m.group(2)} == (
+        set(_registered()) - default - {"sglang.srt.mem_cache.allocation.get_last_loc"}
+        - {t for t in _rows() if "frontend" in _rows()[t].group(2)})
