@@ -18,6 +18,11 @@ outputs their own ``TokenizerManager.generate_request`` call yields (AROUND; it 
 a stream registered in ``_OPENAI_STREAMS``, for as long as that stream runs). Nothing is kept per
 request in this process after its response is built.
 
+Hook targets (all AROUND, frontend process): ``TokenizerManager.update_request_meta_info``,
+``TokenizerManager.generate_request``, ``OpenAIServingCompletion._build_completion_response``,
+``OpenAIServingChat._build_chat_response``, ``OpenAIServingCompletion._generate_completion_stream``,
+``OpenAIServingChat._generate_chat_stream``; plus the middleware (checked at start-up).
+
 Upstream: none. Per-request extension fields on the OpenAI request models and a response-side
 extension dict would remove the middleware and the response hooks; proposed in patches/.
 Removal: when SGLang forwards unknown ``extra_body`` fields into ``custom_params``.
