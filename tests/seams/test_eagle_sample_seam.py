@@ -1,0 +1,116 @@
+"""The verify seam (``sglang_seams/eagle_sample.py``) driven as SGLang's ``eagle_sample`` calls it.
+
+``_sglang_eagle_sample`` has SGLang 0.5.23's shape on its greedy branch (buffers allocated zero/-1,
+``target_predict = argmax``, ``verify_tree_greedy_func`` called by keyword) and its sampling
+branch (no ``verify_tree_greedy_func`` call); the strict walk is the test kit's torch port.
+"""
+
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+from sglang_asd.request_ledger import RequestASD, RequestLedger
+from sglang_asd.policy import ASDConfig
+from sglang_asd.server_settings import ASDServerSettings
+from sglang_asd.sglang_seams import eagle_sample as seam
+from sglang_asd.sglang_seams import runtime
+from sglang_asd.sglang_seams.aux_output import ASDRoundOutput
+from sglang_asd.sglang_seams.ledger_table import ASDLedgerTable
+from sglang_asd.testing import make_round, strict_verify
+from sglang_asd.verify import asd_verify
+
+FORBIDDEN = ["item", "tolist", "cpu", "numpy", "__bool__", "__int__", "__float__"]
+BS, W, K = 8, 6, 5
+
+
+def _sglang_verify_tree_greedy(predicts, accept_index, accept_token_num, candidates, retrieve_index,
+                               retrieve_next_token, retrieve_next_sibling, target_predict, topk=-1):
+    p, a, n = strict_verify(candidates, None, retrieve_next_token, retrieve_next_sibling,
+                            accept_index.shape[1] - 1, target_predict=target_predict)
+    predicts.copy_(p), accept_index.copy_(a), accept_token_num.copy_(n)
+    return predicts, accept_index, accept_token_num
+
+
+def _greedy_eagle_sample(verify_input, batch, logits_output, grammar_mask=None):
+    logits = logits_output.next_token_logits
+    predict = torch.zeros(logits.shape[0], dtype=torch.int32)
+    accept_index = torch.full((BS, verify_input.max_tree_depth), -1, dtype=torch.int32)
+    num_correct = torch.empty(BS, dtype=torch.int32)
+    target_predict = logits.argmax(dim=-1).reshape(BS, verify_input.draft_token_num)
+    predict, accept_index, num_correct = seam.verify_tree_greedy_around(
+        _sglang_verify_tree_greedy, predicts=predict, accept_index=accept_index, accept_token_num=num_correct,
+        candidates=verify_input.draft_token.view(BS, -1), retrieve_index=None,
+        retrieve_next_token=verify_input.retrieve_next_token, retrieve_next_sibling=verify_input.retrieve_next_sibling,
+        target_predict=target_predict, topk=-1)
+    return predict, num_correct + 1, accept_index
+
+
+def _sampling_eagle_sample(verify_input, batch, logits_output, grammar_mask=None):
+    p, a, n = strict_verify(verify_input.draft_token.view(BS, -1), logits_output.next_token_logits,
+                            verify_input.retrieve_next_token, verify_input.retrieve_next_sibling, K)
+    return p, n + 1, a
+
+
+@pytest.fixture
+def step(monkeypatch):
+    monkeypatch.setattr(runtime, "_RUNTIME", None)
+    runtime.set_runtime(ASDServerSettings())
+    rnd = make_round(seed=0, bs=BS, W=W, K=K, shape="eagle", topk=2, rows="asd", stop=False)
+    table = ASDLedgerTable(BS + 1, "cpu")
+    ledgers = [RequestLedger(choice=RequestASD(8.0, ASDConfig())) for _ in range(BS)]
+    asd_rows = list(range(1, BS + 1, 2))  # odd slots are ASD rows, even slots strict (zero rows)
+    table.admit(asd_rows, [ledgers[s - 1] for s in asd_rows], [8.0] * len(asd_rows), [0.25] * len(asd_rows),
+                [2] * len(asd_rows), [{0}] * len(asd_rows))
+    batch = SimpleNamespace(req_to_token_pool=SimpleNamespace(_asd_table=table),
+                            req_pool_indices=torch.arange(1, BS + 1), forward_mode=SimpleNamespace(is_idle=lambda: False))
+    verify_input = SimpleNamespace(max_tree_depth=K + 1, draft_token_num=W, draft_token=rnd.candidates.reshape(-1),
+                                   retrieve_next_token=rnd.retrive_next_token,
+                                   retrieve_next_sibling=rnd.retrive_next_sibling)
+    logits_output = SimpleNamespace(next_token_logits=rnd.logits, auxiliary_device_output=None)
+    return SimpleNamespace(rnd=rnd, table=table, batch=batch, verify_input=verify_input, logits_output=logits_output,
+                           asd=torch.tensor([s in asd_rows for s in range(1, BS + 1)]))
+
+
+def _forbid_host_sync(monkeypatch):
+    def forbid(name):
+        def raiser(*args, **kwargs):
+            raise AssertionError(f"Tensor.{name} called in the verify seam")
+        return raiser
+    for name in FORBIDDEN:
+        monkeypatch.setattr(torch.Tensor, name, forbid(name))
+
+
+@pytest.mark.parametrize("branch", [_greedy_eagle_sample, _sampling_eagle_sample], ids=["greedy", "sampling"])
+def test_the_seam_never_syncs_with_the_host(step, monkeypatch, branch):
+    assert step.table.has_staged  # the staged admissions are applied inside the call, too
+    _forbid_host_sync(monkeypatch)
+    seam.eagle_sample_around(branch, step.verify_input, step.batch, step.logits_output)
+    monkeypatch.undo()
+    assert isinstance(step.logits_output.auxiliary_device_output, ASDRoundOutput)
+
+
+@pytest.mark.parametrize("branch", [_greedy_eagle_sample, _sampling_eagle_sample], ids=["greedy", "sampling"])
+def test_asd_rows_take_asd_verify_strict_rows_stay_sglangs(step, branch):
+    predict, accept_lens, accept_index = seam.eagle_sample_around(branch, step.verify_input, step.batch,
+                                                                  step.logits_output)
+    r = step.rnd
+    strict = strict_verify(r.candidates, r.logits, r.retrive_next_token, r.retrive_next_sibling, K)
+    asd = asd_verify(r.candidates, r.logits, r.retrive_next_token, r.retrive_next_sibling,
+                     torch.full((BS,), 8.0), torch.full((BS,), 0.25), torch.full((BS,), 2, dtype=torch.int32), K,
+                     stop_tokens=torch.zeros((BS, 1), dtype=torch.int64))
+    rows = step.asd
+    assert torch.equal(accept_index, torch.where(rows[:, None], asd.accept_index, strict[1]))
+    assert torch.equal(accept_lens - 1, torch.where(rows, asd.num_correct_drafts, strict[2]))
+    assert torch.equal(predict.view(BS, W), torch.where(rows[:, None], asd.predict.view(BS, W), strict[0].view(BS, W)))
+    charged = step.table.remaining[1:]
+    assert torch.equal(charged, torch.where(rows, 8.0 - asd.spent, torch.zeros(BS)))
+    assert asd.spent[rows].sum() > 0, "the round must exercise exceptions"
+
+
+def test_depth_zero_is_sglangs_result_untouched(step):
+    sentinel = (torch.zeros(BS, dtype=torch.int32), torch.ones(BS, dtype=torch.int32), torch.zeros((BS, 1)))
+    step.verify_input.max_tree_depth = 1  # --speculative-adaptive's root-only verify: W = 1, K = 0
+    out = seam.eagle_sample_around(lambda verify_input, batch, logits_output: sentinel, step.verify_input,
+                                   step.batch, step.logits_output)
+    assert out is sentinel and step.logits_output.auxiliary_device_output is None
