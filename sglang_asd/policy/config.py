@@ -1,25 +1,93 @@
-"""The rule's parameters, their defaults and their validators. Standard library only.
+"""The rules' parameters, their defaults and their validators. Standard library only.
 
-One config type for the rule, ``ASDConfig`` (gate g and cap m, spec section 3); the budget B lives
-in the request's ``Ledger``. The server settings (``sglang_asd.server_settings``) hold the server's
-``ASDConfig`` and a request's choice (``sglang_asd.request_ledger.RequestASD``) holds its own, which
-may only tighten the server's. Each default is defined here, once, and each field has one
-validator, shared by the pure rule, the server flags and the HTTP layer. Errors name the field,
-the allowed range and the value got: ``asd_budget must be a finite number in [0, 64], got -1``.
+One config type, ``ASDConfig``: which acceptance rule a request uses and that rule's parameters;
+the budget B lives in the request's ``Ledger``. The server settings (``sglang_asd.server_settings``)
+hold the server's ``ASDConfig`` and a request's choice (``sglang_asd.request_ledger.RequestASD``)
+holds its own, built by ``ASDConfig.tightened``. Each default is defined here, once, and each field
+has one validator, shared by the pure rule, the server flags and the HTTP layer. Errors name the
+field, the allowed range and the value got: ``asd_budget must be a finite number in [0, 64], got -1``.
+
+The rules (``RULES``; all target-only: SGLang's greedy verify has no draft probabilities). A
+mismatched draft token at draft position i with regret r_i (spec section 2) is an *exception* iff
+its rule admits it; every rule accepts exact tokens for free and stops at the first failure:
+
+- ``asd`` (default): the spec (docs/ASD_SPEC.md section 3): gate ``r_i / (K - i) <= g``, at most
+  m exceptions per block, and ``spent + block regret <= B`` on the request's ledger.
+- ``local``: asd's gate and cap, and the budget as a per-block limit (``block regret <= B``, reset
+  every block): no request ledger. The ablation that isolates the ledger.
+- ``margin`` (MARS-style, arXiv 2601.15498): the draft token is the target's runner-up (the
+  largest logit among the tokens other than the argmax) and the target's top-2 logit margin
+  ``z_(1) - z_(2)`` is at most ``margin`` nats. For the runner-up r_i IS that margin, so the test
+  is ``r_i <= margin`` on runner-up tokens. No ledger, no cap. Our reading of the paper's abstract
+  and third-party summaries ("relaxes rejection of plausible runner-up tokens when the target's
+  logit margin between its top candidates is small"): the paper's method text was not available
+  to check the exact form of its threshold against.
+- ``threshold`` (Fuzzy SD-style, arXiv 2502.20704, target-only): ``r_i <= threshold``. FSD
+  thresholds a divergence between the draft's and the target's distributions; SGLang's greedy
+  verify has no draft distribution, so the target-only analogue thresholds the draft token's
+  log-probability gap to the target's argmax (the regret). No gate normalisation, no cap, no ledger.
+
+Uniform form (what the batched verifier computes, rule as data, see ``RuleTraits``): an exception
+needs ``r_i / q_i <= gate`` where ``q_i = K - i`` for asd and local and ``q_i = 1`` for margin and
+threshold, whose per-token limit (margin, threshold) takes the place of g; then the rule's own
+extra conditions (runner-up; cap; block limit). ``spent`` (the sum of exception regrets) is
+counted for every rule so that rules compare by spent regret, but only asd's ledger bounds it.
+
+Strict identity, every rule: budget 0 (the request's opt-in), or the rule's gate (g, margin or
+threshold) 0, or (asd, local) cap 0 admit nothing, not even a regret-0 tie.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Any
+from typing import Any, Iterable
 
-# Version of the acceptance rule in ``sglang_asd.policy.rule``. Change it whenever a decision
-# could change; every receipt names it.
+# Version of the asd rule in ``sglang_asd.policy.rule``. Change it whenever a decision could
+# change; every receipt names the rule's version (``RuleTraits.version``).
 RULE_VERSION = "asd-1"
 
+DEFAULT_RULE = "asd"
 DEFAULT_GATE = 0.25  # g: nats of regret per suffix value (the reference configuration)
 DEFAULT_MAX_EXCEPTIONS_PER_BLOCK = 2  # m
+DEFAULT_MARGIN = 1.0  # margin rule: largest top-2 logit margin (nats) at which the runner-up passes
+DEFAULT_THRESHOLD = 0.5  # threshold rule: largest regret (nats) of one exception
+
+
+@dataclasses.dataclass(frozen=True)
+class RuleTraits:
+    """What distinguishes one rule from another, as data (the verifier reads these, not names).
+
+    gate_field: the ASDConfig field holding the rule's gate (the verifier's per-row ``gate``).
+    per_suffix_value: the gate divides regret by q_i = K - i (else by 1).
+    runner_up_only: only the target's runner-up token may be an exception.
+    capped: at most ``max_exceptions_per_block`` exceptions per block.
+    block_limited: a block's exception regret must be <= the row's limit (asd: remaining; local: B).
+    ledger: the block's regret is charged to the request's ledger (remaining = B - spent).
+    """
+
+    name: str
+    version: str
+    gate_field: str
+    per_suffix_value: bool
+    runner_up_only: bool
+    capped: bool
+    block_limited: bool
+    ledger: bool
+
+    @property
+    def parameters(self) -> tuple:
+        """The ASDConfig fields this rule reads (what its receipt reports)."""
+        return (self.gate_field, "max_exceptions_per_block") if self.capped else (self.gate_field,)
+
+
+RULES = {
+    "asd": RuleTraits("asd", RULE_VERSION, "gate", True, False, True, True, True),
+    "local": RuleTraits("local", "local-1", "gate", True, False, True, True, False),
+    "margin": RuleTraits("margin", "margin-1", "margin", False, True, False, False, False),
+    "threshold": RuleTraits("threshold", "threshold-1", "threshold", False, False, False, False, False),
+}
+RULE_NAMES = tuple(RULES)  # a rule's id on the device is its index here
 
 
 def _fmt(x: float) -> str:
@@ -60,32 +128,107 @@ def validate_cap(value: Any, max_cap: float = math.inf, name: str = "asd_max_exc
     return check_count(name, value, max_cap)
 
 
+def validate_margin(value: Any, max_margin: float = math.inf, name: str = "asd_margin") -> float:
+    """The margin rule's top-2 logit margin: a finite number in [0, max_margin] (nats)."""
+    return check_number(name, value, max_margin)
+
+
+def validate_threshold(value: Any, max_threshold: float = math.inf, name: str = "asd_threshold") -> float:
+    """The threshold rule's per-token regret limit: a finite number in [0, max_threshold] (nats)."""
+    return check_number(name, value, max_threshold)
+
+
+def validate_rule(value: Any, allowed: Iterable[str] = RULE_NAMES, name: str = "asd_rule") -> str:
+    """A rule name among ``allowed``."""
+    allowed = tuple(allowed)
+    if not (isinstance(value, str) and value in allowed):
+        raise ValueError(f"{name} must be one of {', '.join(allowed)}, got {value!r}")
+    return value
+
+
+def validate_rules(value: Any, name: str = "asd_allowed_rules") -> tuple:
+    """A non-empty set of rule names, as a tuple in ``RULE_NAMES`` order (a comma-separated string
+    or an iterable of names)."""
+    names = value.split(",") if isinstance(value, str) else value
+    try:
+        names = [n.strip() for n in names]
+    except (TypeError, AttributeError):
+        raise ValueError(f"{name} must list rules among {', '.join(RULE_NAMES)}, got {value!r}") from None
+    bad = [n for n in names if n not in RULES]
+    if bad or not names:
+        raise ValueError(f"{name} must list rules among {', '.join(RULE_NAMES)}, got {value!r}")
+    return tuple(r for r in RULE_NAMES if r in names)
+
+
 @dataclasses.dataclass(frozen=True)
 class ASDConfig:
-    """The rule's parameters (spec section 3).
+    """The acceptance rule and its parameters (module docstring; spec section 3 for asd).
 
-    gate: g, the largest regret per suffix value (nats) an exception may have; 0 = strict.
-    max_exceptions_per_block: m, the cap on exceptions in one verify block; 0 = strict.
+    gate: g, the largest regret per suffix value (nats) of an asd or local exception; 0 = strict.
+    max_exceptions_per_block: m, asd's and local's cap on exceptions in one block; 0 = strict.
+    rule: one of ``RULE_NAMES``.
+    margin: the margin rule's largest top-2 logit margin (nats); 0 = strict.
+    threshold: the threshold rule's largest regret of one exception (nats); 0 = strict.
     """
 
     gate: float = DEFAULT_GATE
     max_exceptions_per_block: int = DEFAULT_MAX_EXCEPTIONS_PER_BLOCK
+    rule: str = DEFAULT_RULE
+    margin: float = DEFAULT_MARGIN
+    threshold: float = DEFAULT_THRESHOLD
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "gate", validate_gate(self.gate, name="gate"))
         validate_cap(self.max_exceptions_per_block, name="max_exceptions_per_block")
+        validate_rule(self.rule, name="rule")
+        object.__setattr__(self, "margin", validate_margin(self.margin, name="margin"))
+        object.__setattr__(self, "threshold", validate_threshold(self.threshold, name="threshold"))
+
+    @property
+    def traits(self) -> RuleTraits:
+        return RULES[self.rule]
+
+    @property
+    def rule_gate(self) -> float:
+        """The rule's gate: g (asd, local), the margin or the threshold (the device row's ``gate``)."""
+        return getattr(self, self.traits.gate_field)
 
     @property
     def allows_exceptions(self) -> bool:
-        """False when the rule is strict whatever the budget (g == 0 or m == 0)."""
-        return self.gate > 0 and self.max_exceptions_per_block > 0
+        """False when the rule is strict whatever the budget (its gate 0, or cap 0 where capped)."""
+        return self.rule_gate > 0 and (self.max_exceptions_per_block > 0 or not self.traits.capped)
 
-    def tightened(self, gate: Any = None, max_exceptions_per_block: Any = None) -> "ASDConfig":
-        """This config with a request's overrides, each validated to be no looser than ours."""
+    def parameters(self) -> dict:
+        """The rule's parameters by field name (receipts)."""
+        return {name: getattr(self, name) for name in self.traits.parameters}
+
+    def tightened(self, gate: Any = None, max_exceptions_per_block: Any = None, rule: Any = None,
+                  margin: Any = None, threshold: Any = None, allowed_rules: Iterable[str] = RULE_NAMES) -> "ASDConfig":
+        """This config with a request's overrides: a rule among ``allowed_rules``, and each
+        parameter validated to be no looser than ours (None keeps ours).
+
+        "A request may only tighten": every parameter is bounded by the server's value of the same
+        parameter (gate <= g, cap <= m, margin <= the server's margin, threshold <= the server's
+        threshold; the budget by the server's maximum, checked by the caller). The rules are not
+        ordered by looseness (threshold T admits more than margin T; local at B admits more than
+        asd at B over a request), so the rule itself is a choice among the rules the server allows,
+        not a tightening. A parameter the chosen rule does not read is refused, so that a request
+        never believes it set something that has no effect.
+        """
+        chosen = self.rule if rule is None else validate_rule(rule, allowed_rules)
+        given = {"gate": gate, "max_exceptions_per_block": max_exceptions_per_block, "margin": margin,
+                 "threshold": threshold}
+        for name, value in given.items():
+            if value is not None and name not in RULES[chosen].parameters:
+                raise ValueError(f"asd_{name} does not apply to asd_rule={chosen} (its parameters: "
+                                 f"{', '.join('asd_' + p for p in RULES[chosen].parameters)})")
         return ASDConfig(
             gate=self.gate if gate is None else validate_gate(gate, self.gate),
             max_exceptions_per_block=(
                 self.max_exceptions_per_block if max_exceptions_per_block is None
                 else validate_cap(max_exceptions_per_block, self.max_exceptions_per_block)
             ),
+            rule=chosen,
+            margin=self.margin if margin is None else validate_margin(margin, self.margin),
+            threshold=self.threshold if threshold is None else validate_threshold(threshold, self.threshold),
         )

@@ -1,13 +1,16 @@
 """A request's regret ledger: budget, spent, remaining, and the exceptions that spent it.
 
-Standard library only. Invariant: ``0 <= spent <= budget`` at every moment.
+Standard library only. A *bounded* ledger (the asd rule's) keeps ``0 <= spent <= budget`` at every
+moment and has ``remaining = budget - spent``. The rules without a request ledger (local, margin,
+threshold; ``policy.config``) use an *unbounded* one: it counts what was spent, so that every
+rule reports spent regret, but nothing bounds it and it has no ``remaining`` (None).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Iterable, Tuple
+from typing import Iterable, Optional, Tuple
 
 from sglang_asd.policy.config import check_number
 
@@ -28,12 +31,13 @@ class ExceptionEvent:
 
 
 class Ledger:
-    """Budget B, spent, remaining = B - spent, and the exception events so far."""
+    """Budget B, spent, remaining = B - spent (bounded ledgers only), and the exception events so far."""
 
-    def __init__(self, budget: float, spent: float = 0.0) -> None:
+    def __init__(self, budget: float, spent: float = 0.0, *, bounded: bool = True) -> None:
         self._budget = check_number("budget", budget)
         self._spent = check_number("spent", spent)
-        if spent > budget:
+        self._bounded = bool(bounded)
+        if bounded and spent > budget:
             raise ValueError(f"spent must be <= budget ({budget!r}), got {spent!r}")
         self._events: list[ExceptionEvent] = []
 
@@ -46,8 +50,13 @@ class Ledger:
         return self._spent
 
     @property
-    def remaining(self) -> float:
-        return self._budget - self._spent
+    def bounded(self) -> bool:
+        return self._bounded
+
+    @property
+    def remaining(self) -> Optional[float]:
+        """B - spent for a bounded ledger; None for an unbounded one (nothing limits it)."""
+        return self._budget - self._spent if self._bounded else None
 
     @property
     def num_exceptions(self) -> int:
@@ -60,9 +69,9 @@ class Ledger:
     def charge(self, events: Iterable[ExceptionEvent]) -> float:
         """Add one block's exceptions; returns the block's regret (summed in order).
 
-        The rule admits a block only if its regret is <= remaining; anything else is a bug in
-        the caller and raises. ``spent`` is clamped to ``budget`` so float rounding of
-        ``spent + block`` can never break the invariant.
+        Bounded: the rule admits a block only if its regret is <= remaining; anything else is a
+        bug in the caller and raises. ``spent`` is clamped to ``budget`` so float rounding of
+        ``spent + block`` can never break the invariant. Unbounded: ``spent`` grows by the block.
         """
         events = tuple(events)
         block = 0.0
@@ -70,11 +79,15 @@ class Ledger:
             if not (math.isfinite(event.regret) and event.regret >= 0):
                 raise ValueError(f"exception regret must be a finite number >= 0, got {event.regret!r}")
             block += event.regret
-        if not block <= self.remaining:
+        if not self._bounded:
+            self._spent += block
+        elif not block <= self.remaining:
             raise ValueError(f"block regret {block!r} exceeds the remaining budget {self.remaining!r}")
-        self._spent = min(self._budget, self._spent + block)
+        else:
+            self._spent = min(self._budget, self._spent + block)
         self._events.extend(events)
         return block
 
     def __repr__(self) -> str:
-        return f"Ledger(budget={self._budget!r}, spent={self._spent!r}, exceptions={len(self._events)})"
+        bounded = "" if self._bounded else ", bounded=False"
+        return f"Ledger(budget={self._budget!r}, spent={self._spent!r}, exceptions={len(self._events)}{bounded})"

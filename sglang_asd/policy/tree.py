@@ -1,9 +1,14 @@
-"""The ASD rule on a draft tree (spec section 5). Standard library only.
+"""The acceptance rules on a draft tree (spec section 5). Standard library only.
 
 Every root-to-node path is a chain block: a node at depth d is draft position i = d - 1 of
 a block of K = ``depth`` tokens, judged by the same ``admits_exception`` as a chain. The
 accepted path is the deepest node whose whole path is accepted; ties go to the smaller regret
 sum, then the smaller node index.
+
+The gate's suffix value q_i = K - i takes K = ``depth`` (EAGLE: ``speculative_num_steps``, as
+the spec says), unless ``gate_depth`` is given: NGRAM's tree has no fixed number of steps (SGLang
+passes ``draft_token_num - 1`` as the loop bound), so its gate uses the tree's real depth, the
+depth of its deepest node (``tree_depth``).
 
 Duplicate siblings: among siblings carrying the same token only the first (smallest node
 index) counts. SGLang's strict walk never looks past the first sibling that matches, so this
@@ -17,11 +22,12 @@ ngram and ``reconstruct_tree``: next sibling = next larger index), so "first sib
 from __future__ import annotations
 
 import dataclasses
+import math
 from typing import AbstractSet, Optional, Sequence, Tuple
 
 from sglang_asd.policy.config import ASDConfig
 from sglang_asd.policy.ledger import ExceptionEvent, Ledger
-from sglang_asd.policy.rule import admits_exception
+from sglang_asd.policy.rule import admits_exception, block_limit
 
 
 @dataclasses.dataclass(frozen=True)
@@ -54,17 +60,28 @@ def select_tree(
     ledger: Ledger,
     config: ASDConfig,
     stop_tokens: AbstractSet[int] = frozenset(),
+    target_margin: Optional[Sequence[float]] = None,
+    gate_depth: Optional[int] = None,
 ) -> TreeDecision:
-    """Decide one tree block and charge ``ledger``.
+    """Decide one tree block and charge ``ledger`` (bounded for asd, unbounded otherwise).
 
     tokens: [W] draft token per node (node 0 = root, ignored); parents: [W] parent node
     (parents[0] = -1, parents[n] < n); target_argmax: [W] argmax of the target logits at each
     node; regret: [W] regret of node n's token under its parent's logits (regret[0] ignored);
     a node n >= 1 with parents[n] = -1 is not in the tree (SGLang's builder drops such nodes);
     depth: K, the block's draft positions (``speculative_num_steps``); K = 0 (SGLang's adaptive
-    zero-step verify, W = 1) accepts nothing and commits the root's argmax as the bonus.
+    zero-step verify, W = 1) accepts nothing and commits the root's argmax as the bonus;
+    target_margin: [W] z_(1) - z_(2) of each node's target logits (the margin rule reads it at
+    the parent); gate_depth: the K of the gate's q_i = K - i (default ``depth``; NGRAM:
+    ``tree_depth(parents, depth)``).
     """
     _check_tree(tokens, parents, target_argmax, regret)
+    if target_margin is None:
+        target_margin = [math.nan] * len(tokens)
+    elif len(target_margin) != len(tokens):
+        raise ValueError(f"target_margin must have W = {len(tokens)} entries, got {len(target_margin)}")
+    gate_k = depth if gate_depth is None else gate_depth
+    limit = block_limit(ledger, config)
     states: list[Optional[_PathState]] = [None] * len(tokens)
     states[0] = _PathState(depth=0, exception_nodes=(), regret=0.0)
     first_sibling_tokens: set[Tuple[int, int]] = set()
@@ -81,12 +98,13 @@ def select_tree(
         elif admits_exception(
             regret=regret[n],
             position=up.depth,
-            depth=depth,
+            depth=gate_k,
             exceptions_before=len(up.exception_nodes),
             regret_before=up.regret,
-            remaining=ledger.remaining,
+            remaining=limit,
             config=config,
             is_stop_token=tokens[n] in stop_tokens,
+            target_margin=target_margin[parent],
         ):
             states[n] = _PathState(up.depth + 1, up.exception_nodes + (n,), up.regret + regret[n])
 
@@ -105,6 +123,17 @@ def select_tree(
         spent=spent,
         bonus=target_argmax[best],
     )
+
+
+def tree_depth(parents: Sequence[int], depth: int) -> int:
+    """The depth of the deepest node reachable from the root, at most ``depth`` (nodes deeper than
+    K are never accepted): NGRAM's K for the gate."""
+    node_depth = [0] + [-1] * (len(parents) - 1)  # -1: not (yet) known to hang from the root
+    for n in range(1, len(parents)):
+        p = parents[n]
+        if p >= 0 and node_depth[p] >= 0:
+            node_depth[n] = node_depth[p] + 1
+    return min(max(node_depth), depth)
 
 
 def _path_to(node: int, parents: Sequence[int]) -> Tuple[int, ...]:

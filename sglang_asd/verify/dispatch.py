@@ -1,21 +1,26 @@
-"""``asd_verify``: the fused Triton kernel when the logits are on a CUDA device and Triton
-imports, the torch verifier everywhere else. Both give the same outputs bit for bit
+"""``asd_verify``: the fused Triton kernel when the logits are on a CUDA device, Triton imports
+and every row's rule is one the kernel decides (asd, local: ``rules.ASD_KERNEL_RULES``); the torch
+verifier everywhere else. Both give the same outputs bit for bit on the kernel's rules
 (``tests/verify/test_triton_parity.py``), so the choice changes speed, never a decision.
 
-The choice depends on the device and on whether Triton imports, never on tensor values, so it
-is fixed for a process and safe under CUDA graph capture. A CUDA device without Triton runs
-the torch verifier and says so once in the log.
+The choice depends on the device, on whether Triton imports and on ``rules_present`` (host-known:
+the ledger table's view of the rules its rows use), never on tensor values, so it needs no sync.
+It is made for the whole batch: a batch with one margin or threshold row runs the torch verifier
+for every row (its cost: docs/VERIFY_KERNEL.md). A CUDA device without Triton runs the torch
+verifier and says so once in the log.
 """
 
 from __future__ import annotations
 
 import functools
 import logging
-from typing import Optional
+from typing import AbstractSet, Optional
 
 import torch
 
+from sglang_asd.policy.config import RULE_NAMES
 from sglang_asd.verify.output import ASDVerifyOutput
+from sglang_asd.verify.rules import needs_torch_path
 from sglang_asd.verify.torch_verify import asd_verify as torch_asd_verify
 
 logger = logging.getLogger(__name__)
@@ -37,16 +42,22 @@ def asd_verify(
     logits: torch.Tensor,  # [bs*W, V] float final logits (after penalties/bias/grammar mask)
     retrive_next_token: torch.Tensor,  # [bs, W] int64 first child, -1 none
     retrive_next_sibling: torch.Tensor,  # [bs, W] int64 next sibling, -1 none
-    remaining: torch.Tensor,  # [bs] float32 ledger remaining budget (0 => strict row)
-    gate: torch.Tensor,  # [bs] float32 g (0 => strict row)
-    cap: torch.Tensor,  # [bs] int32 m (0 => strict row)
+    remaining: torch.Tensor,  # [bs] float32 asd: B - spent; other rules: B (0 => strict row)
+    gate: torch.Tensor,  # [bs] float32 the rule's gate: g, margin or threshold (0 => strict row)
+    cap: torch.Tensor,  # [bs] int32 m, capped rules only (0 => strict row)
     depth: int,  # K (0: SGLang's adaptive zero-step verify, W = 1)
     stop_tokens: Optional[torch.Tensor] = None,  # [bs, T] int64 -1 padded; never exceptions
     target_predict: Optional[torch.Tensor] = None,  # [bs, W] int64 argmax per node, if known
+    rule: Optional[torch.Tensor] = None,  # [bs] int32 rule id per row; None: every row asd
+    rules_present: Optional[AbstractSet[str]] = None,  # host-known superset of the rules in ``rule``
+    tree_depth_gate: bool = False,  # NGRAM: q_i = (row's tree depth) - i instead of K - i
 ) -> ASDVerifyOutput:
-    """The batched ASD verify (docs/CONTRACTS.md); see ``torch_verify.asd_verify``."""
-    impl = _triton_verify() if logits.is_cuda else None
+    """The batched verify (docs/CONTRACTS.md); see ``torch_verify.asd_verify``."""
+    torch_only = rule is not None and needs_torch_path(rules_present if rules_present is not None else RULE_NAMES)
+    impl = _triton_verify() if logits.is_cuda and not torch_only else None
     if impl is None:
-        impl = torch_asd_verify
+        return torch_asd_verify(candidates, logits, retrive_next_token, retrive_next_sibling, remaining, gate, cap,
+                                depth, stop_tokens=stop_tokens, target_predict=target_predict, rule=rule,
+                                rules_present=rules_present, tree_depth_gate=tree_depth_gate)
     return impl(candidates, logits, retrive_next_token, retrive_next_sibling, remaining, gate, cap, depth,
-                stop_tokens=stop_tokens, target_predict=target_predict)
+                stop_tokens=stop_tokens, target_predict=target_predict, tree_depth_gate=tree_depth_gate)

@@ -1,8 +1,10 @@
-"""The batched ASD verifier in plain torch: the reference for any fused kernel.
+"""The batched verifier in plain torch, every rule: the reference for any fused kernel.
 
-Semantics: ``sglang_asd.policy`` (spec sections 3-5), batched over ``bs`` rows of ``W`` draft
-nodes. One pass over the vocabulary (the argmax; none when the caller passes
-``target_predict``), then O(bs * W) work in loops over log2(W) and the depth K only.
+Semantics: ``sglang_asd.policy`` (spec sections 3-5; the rules in ``policy.config``), batched over
+``bs`` rows of ``W`` draft nodes, each row under its own rule (``rule``, as data: ``rules.py``).
+One pass over the vocabulary (the argmax; none when the caller passes ``target_predict``), one
+more (the top 2) only when the margin rule may be present, then O(bs * W) work in loops over
+log2(W) and the depth K only.
 No host sync: no ``.item()``, ``.tolist()``, ``.cpu()`` and no branch on tensor data.
 
 Vocabulary (docs/CONTRACTS.md): node 0 is the root (the last committed token); node n at
@@ -13,12 +15,13 @@ its token is the parent's argmax, an *exception* when a mismatch passes the gate
 
 from __future__ import annotations
 
-from typing import Optional
+from typing import AbstractSet, Optional
 
 import torch
 
 from sglang_asd.verify.output import ASDVerifyOutput
-from sglang_asd.verify.tree_links import node_depths, tree_links
+from sglang_asd.verify.rules import row_traits
+from sglang_asd.verify.tree_links import node_depths, row_tree_depth, tree_links
 
 
 def _regret_and_argmax(
@@ -40,25 +43,56 @@ def _regret_and_argmax(
     return target_predict, regret
 
 
+def _target_margin(
+    logits: torch.Tensor,  # [bs*W, V] float
+    target_predict: torch.Tensor,  # [bs, W] int64
+) -> torch.Tensor:
+    """-> [bs, W] float32: each node's margin z(target_predict) - max_{v != target_predict} z(v),
+    clamped at 0 as the regret is, so that a node's child is the runner-up iff its regret <= the
+    node's margin (equal when the child's logit is the second largest: the same float32
+    subtraction of the same values). NaN where the row holds a NaN. One pass over V (top 2)."""
+    bs, W = target_predict.shape
+    flat = target_predict.reshape(-1, 1)  # [bs*W, 1]
+    best = logits.gather(1, flat).squeeze(1).float()
+    if logits.shape[1] < 2:
+        second = torch.full_like(best, float("-inf"))
+    else:
+        top2 = logits.topk(2, dim=-1)  # ties: either index; only the values matter below
+        first_is_tp = top2.indices[:, 0] == flat.squeeze(1)
+        second = torch.where(first_is_tp, top2.values[:, 1], top2.values[:, 0]).float()
+    return (best - second).clamp_min(0).view(bs, W)
+
+
 def asd_verify(
     candidates: torch.Tensor,  # [bs, W] int64 draft token per node (node 0 = root, ignored)
     logits: torch.Tensor,  # [bs*W, V] float final logits (after penalties/bias/grammar mask)
     retrive_next_token: torch.Tensor,  # [bs, W] int64 first child, -1 none
     retrive_next_sibling: torch.Tensor,  # [bs, W] int64 next sibling, -1 none
-    remaining: torch.Tensor,  # [bs] float32 ledger remaining budget (0 => strict row)
-    gate: torch.Tensor,  # [bs] float32 g (0 => strict row)
-    cap: torch.Tensor,  # [bs] int32 m (0 => strict row)
+    remaining: torch.Tensor,  # [bs] float32 asd: B - spent; other rules: B (0 => strict row)
+    gate: torch.Tensor,  # [bs] float32 the rule's gate: g, margin or threshold (0 => strict row)
+    cap: torch.Tensor,  # [bs] int32 m, capped rules only (0 => strict row)
     depth: int,  # K
     stop_tokens: Optional[torch.Tensor] = None,  # [bs, T] int64 -1 padded; never exceptions
     target_predict: Optional[torch.Tensor] = None,  # [bs, W] int64 argmax per node, if known
+    rule: Optional[torch.Tensor] = None,  # [bs] int32 rule id per row (``rules.RULE_ID``); None: all asd
+    rules_present: Optional[AbstractSet[str]] = None,  # host-known superset of the rules in ``rule``
+    tree_depth_gate: bool = False,  # NGRAM: q_i = (row's tree depth) - i instead of K - i
 ) -> ASDVerifyOutput:
-    """Choose each row's accepted path under the ASD rule; see ``ASDVerifyOutput``.
+    """Choose each row's accepted path under its rule; see ``ASDVerifyOutput``.
 
-    Strict rows (remaining <= 0, gate <= 0 or cap <= 0) give SGLang's ``verify_tree_greedy``
-    result (predict, accept_index, num_correct_drafts) exactly, including ``predict`` off the
-    path (0, as ``eagle_sample`` allocates it). ``spent <= remaining`` holds in float32 per row;
-    the caller subtracts ``spent`` from its ledger (clamping at 0 guards rounding when it keeps
-    ``spent`` and ``budget`` instead).
+    Strict rows (``rules.rows_on`` false: remaining <= 0, gate <= 0, or cap <= 0 under a capped
+    rule) give SGLang's ``verify_tree_greedy`` result (predict, accept_index, num_correct_drafts)
+    exactly, including ``predict`` off the path (0, as ``eagle_sample`` allocates it).
+    ``spent <= remaining`` holds in float32 on block-limited rows (asd, local); the caller
+    subtracts ``spent`` from an asd row's ledger (clamping at 0 guards rounding when it keeps
+    ``spent`` and ``budget`` instead). On margin and threshold rows ``spent`` is only counted.
+
+    ``rules_present`` (host-known, e.g. the ledger table's view) decides whether the top-2 pass
+    for the margin rule runs: None means any rule in ``rule`` may be present; ``rule`` None means
+    every row is asd. A ``rules_present`` without a rule that ``rule`` holds is a caller bug (a
+    margin row would skip its runner-up test). ``tree_depth_gate`` makes each row's gate use its
+    tree's real depth (the deepest node hanging from the root, at most K) for K in q_i = K - i;
+    K stays the loop bound and the output width.
 
     Conventions, as in SGLang: node n of row b is global node b*W + n (SGLang's
     ``retrive_index``); among siblings carrying the same token only the first in sibling order
@@ -75,6 +109,7 @@ def asd_verify(
     up, node_depth = node_depths(parent, K)
     target_predict, regret = _regret_and_argmax(logits, candidates, up, target_predict)
     has_parent = parent >= 0  # every node except the root and nodes outside the tree
+    traits = row_traits(rule, bs, device)  # [bs] bool each
 
     # Among siblings with the same token only the first in sibling order counts (SGLang's
     # walk never looks past it). One int64 key per (parent, token) pair (token ids < 2^31):
@@ -84,20 +119,26 @@ def asd_verify(
         & (sibling_rank[:, :, None] > sibling_rank[:, None, :])
     ).any(dim=-1)  # [bs, W]
 
-    # A mismatched node at depth d (draft position i = d - 1) is an exception iff (spec section 3)
-    #   the row is not strict (B, g, m > 0), the token is no stop token, its regret is finite,
-    #   1. regret / (K - i) <= g,  2. path exceptions <= m,  3. path exception regret <= remaining.
+    # A mismatched node at depth d (draft position i = d - 1) is an exception iff (policy.rule)
+    #   the row is on (rules.rows_on), the token is no stop token, its regret r is finite,
+    #   1. r / q <= gate, q = K - i (per-suffix-value rules) or 1,  margin: and r <= the parent's
+    #   margin (the token is the runner-up),  2. capped rules: path exceptions <= cap,
+    #   3. block-limited rules: path exception regret <= remaining.
     # Gate 1 is node-local; 2 and 3 are path totals, checked after the scan below.
     exact = has_parent & (candidates == target_predict.gather(1, up))
-    asd_row = (remaining > 0) & (gate > 0) & (cap > 0)  # [bs]
-    suffix_value = (K + 1 - node_depth).float()  # K - i
+    row_on = (remaining > 0) & (gate > 0) & ((cap > 0) | ~traits.capped)  # [bs]
+    gate_depth = row_tree_depth(up, node_depth, K)[:, None] if tree_depth_gate else K  # [bs, 1] or K
+    suffix_value = torch.where(traits.per_suffix_value[:, None], (gate_depth + 1 - node_depth).clamp_min(1), 1).float()
     exception = (
-        asd_row[:, None]
+        row_on[:, None]
         & has_parent
         & ~exact
         & torch.isfinite(regret)
         & (regret / suffix_value <= gate[:, None])
     )
+    if rule is not None and (rules_present is None or "margin" in rules_present):
+        parent_margin = _target_margin(logits, target_predict).gather(1, up)  # [bs, W]
+        exception &= ~traits.runner_up_only[:, None] | (regret <= parent_margin)
     if stop_tokens is not None:
         is_stop = (candidates[:, :, None] == stop_tokens[:, None, :]).any(dim=-1)
         exception &= ~is_stop
@@ -116,7 +157,8 @@ def asd_verify(
         path_regret = node_regret + path_regret.gather(1, up)
     # Both totals only grow along a path, so checking them per node keeps acceptance prefix-closed.
     # A path without exceptions needs no check (strict rows stay strict whatever ``remaining`` holds).
-    within_gates = (path_exceptions <= cap[:, None]) & (path_regret <= remaining[:, None])
+    within_gates = ((~traits.capped[:, None] | (path_exceptions <= cap[:, None]))
+                    & (~traits.block_limited[:, None] | (path_regret <= remaining[:, None])))
     accepted = path_ok & ((path_exceptions == 0) | within_gates)
 
     # Deepest accepted node; ties: smaller path regret, then smaller node index.

@@ -66,3 +66,20 @@ def node_depths(
     for _ in range(depth):  # after t rounds every node at depth <= t is exact
         node_depth = step + node_depth.gather(1, up)
     return up, node_depth
+
+
+def row_tree_depth(
+    up: torch.Tensor,  # [bs, W] int64 parent, or the node itself (``node_depths``)
+    node_depth: torch.Tensor,  # [bs, W] int64 (``node_depths``)
+    depth: int,  # K
+) -> torch.Tensor:
+    """-> [bs] int64: each row's tree depth, the depth of its deepest node that hangs from the
+    root, at most K (NGRAM's K for the gate). Nodes outside the tree and their subtrees (whose
+    ``node_depth`` counts from the detached node) are left out: after t rounds ``in_tree`` is exact
+    for every node at depth <= t."""
+    bs, W = up.shape
+    node = torch.arange(W, device=up.device).expand(bs, W)
+    in_tree = node == 0
+    for _ in range(depth):
+        in_tree = (node == 0) | ((up != node) & in_tree.gather(1, up))
+    return torch.where(in_tree, node_depth, 0).amax(dim=1)

@@ -131,7 +131,7 @@ def _gather_f(values, onehot, axis: tl.constexpr):
         return tl.sum(tl.where(onehot, values[None, :], 0.0), 1)
 
 
-@triton.jit(do_not_specialize=["stride_row", "V", "split", "T"],
+@triton.jit(do_not_specialize=["stride_row", "V", "split", "T", "tree_depth_gate"],
             do_not_specialize_on_alignment=[
                 "candidates_ptr", "next_token_ptr", "next_sibling_ptr", "logits_ptr", "part_max_ptr",
                 "part_idx_ptr", "target_predict_ptr", "remaining_ptr", "gate_ptr", "cap_ptr", "stop_tokens_ptr",
@@ -153,6 +153,7 @@ def asd_select_kernel(
     cap_ptr,  # [bs] int32
     stop_tokens_ptr,  # [bs, T] int64, -1 padded
     T,  # stop tokens per row (0: none)
+    tree_depth_gate,  # 1: the gate's K is the row's tree depth (NGRAM), 0: the constexpr K
     predict_ptr,  # [bs*W] int32, written
     accept_index_ptr,  # [bs, S] int32, written
     num_correct_drafts_ptr,  # [bs] int32, written
@@ -218,6 +219,18 @@ def asd_select_kernel(
     asd_row = (remaining > 0) & (gate > 0) & (cap > 0)  # else strict: no exception at all
     may_except = asd_row & ~is_stop & (regret == regret) & (regret != float("inf"))
 
+    # --- the K of the gate's q_i = K - i: the constexpr K, or (NGRAM) the row's tree depth, the depth
+    # of its deepest node hanging from the root (level by level: a runtime branch, no variant).
+    gate_k = tl.zeros([W_PAD], tl.int32) + K
+    if tree_depth_gate != 0:
+        in_tree = node == 0
+        tree_d = tl.zeros([W_PAD], tl.int32)
+        for d in range(1, K + 1):
+            grow = has_parent & in_row & (_gather_i(in_tree.to(tl.int32), child_of, 0) > 0) & ~in_tree
+            tree_d = tl.where(grow, d, tree_d)
+            in_tree = in_tree | grow
+        gate_k = tl.zeros([W_PAD], tl.int32) + tl.max(tree_d, 0)
+
     # --- level-synchronous walk: at depth d the children of accepted depth-(d-1) nodes are judged.
     accepted = node == 0
     depth_of = tl.zeros([W_PAD], tl.int32)
@@ -232,7 +245,7 @@ def asd_select_kernel(
         p_sum = _gather_f(regret_sum, child_of, 0)
         p_suffix = _gather_i(n_suffix, child_of, 0)
         judged = has_parent & in_row & ~shadowed & p_acc & (p_depth == d - 1)
-        q = tl.zeros([W_PAD], tl.float32) + (K - d + 1)  # suffix value K - i of draft position i = d - 1
+        q = tl.maximum(gate_k - d + 1, 1).to(tl.float32)  # suffix value K - i of draft position i = d - 1
         new_sum = p_sum + regret
         admit = (may_except & (tl.math.div_rn(regret, q) <= gate) & (p_exc + 1 <= cap)
                  & (new_sum <= remaining))

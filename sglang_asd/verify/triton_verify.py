@@ -96,12 +96,15 @@ def asd_verify_triton(
     depth: int,  # K
     stop_tokens: Optional[torch.Tensor] = None,  # [bs, T] int64 -1 padded; never exceptions
     target_predict: Optional[torch.Tensor] = None,  # [bs, W] int64 argmax per node, if known
+    tree_depth_gate: bool = False,  # NGRAM: q_i = (row's tree depth) - i instead of K - i
     *,
     split: Optional[int] = None,  # vocabulary slices per row (default: ``choose_split``)
     block_v: int = BLOCK_V,  # tests use tiny tiles so that tiny vocabularies take every path
     vocab_warps: int = VOCAB_WARPS,
 ) -> ASDVerifyOutput:
-    """The fused kernel; see ``ASDVerifyOutput`` and ``torch_verify.asd_verify``."""
+    """The fused kernel for asd rows (and local rows, which verify identically: ``rules.py``); see
+    ``ASDVerifyOutput`` and ``torch_verify.asd_verify``. Rows under other rules take the torch
+    verifier (``dispatch.py``)."""
     bs, W, V = _check(candidates, logits, retrive_next_token, retrive_next_sibling, remaining, gate, cap,
                       depth, stop_tokens, target_predict)
     K = depth
@@ -148,7 +151,7 @@ def asd_verify_triton(
         candidates, as_index(retrive_next_token), as_index(retrive_next_sibling), logits, logits.stride(0), V,
         part_max, part_idx, split, target_predict, remaining.to(torch.float32).contiguous(),
         gate.to(torch.float32).contiguous(), cap.to(torch.int32).contiguous(), stop_tokens, stop_tokens.shape[1],
-        out.predict, out.accept_index, out.num_correct_drafts, out.spent, out.num_exceptions,
+        int(bool(tree_depth_gate)), out.predict, out.accept_index, out.num_correct_drafts, out.spent, out.num_exceptions,
         out.exception_mask, out.exception_regret, out.target_token, out.num_suffix_tokens,
         W=W, K=K, HAS_TARGET_PREDICT=has_target_predict, W_PAD=W_PAD, S_PAD=triton.next_power_of_2(K + 1),
         num_warps=select_warps(W_PAD),

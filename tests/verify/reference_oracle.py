@@ -1,9 +1,11 @@
-"""The pure rule (``sglang_asd.policy.select_tree``) as the batched verifier's expected tensors.
+"""The pure rules (``sglang_asd.policy.select_tree``) as the batched verifier's expected tensors.
 
 ``node_regrets`` measures each node's regret on its own route, not the verifier's: the gap of
 log-probabilities under the parent's ``log_softmax`` (float64), log p(argmax) - log p(token),
-which equals the logit gap (spec section 2). ``reference_outputs`` runs ``select_tree`` row by
-row with those regrets and lays the decisions out as ``ASDVerifyOutput``'s fields.
+which equals the logit gap (spec section 2); ``node_margins`` the target's top-2 margin the same
+way. ``reference_outputs`` runs ``select_tree`` row by row, each row under its rule (``rules``:
+a rule name per row; the row's ``gate`` is the rule's gate: g, the margin or the threshold), and
+lays the decisions out as ``ASDVerifyOutput``'s fields.
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ from typing import List, Optional
 
 import torch
 
-from sglang_asd.policy import ASDConfig, Ledger, select_tree
+from sglang_asd.policy import RULE_NAMES, RULES, ASDConfig, Ledger, select_tree, tree_depth
 from sglang_asd.testing import VerifyRound
 
 
@@ -36,12 +38,33 @@ def node_regrets(rnd: VerifyRound, target_predict: torch.Tensor) -> List[List[fl
     return regrets
 
 
-def reference_outputs(rnd: VerifyRound, target_predict: Optional[torch.Tensor] = None) -> dict:
-    """select_tree on every row, as the tensors ``asd_verify`` must return (on the CPU)."""
+def node_margins(rnd: VerifyRound, target_predict: torch.Tensor) -> List[List[float]]:
+    """margin[b][n] = log p(target_predict) - max over the other tokens of log p under node n's
+    own logits, clamped at 0, rounded to float32 (NaN where the row holds a NaN)."""
+    bs, W = rnd.candidates.shape
+    log_p = torch.log_softmax(rnd.logits.double().cpu(), dim=-1)  # [bs*W, V]
+    tp = target_predict.long().cpu().reshape(-1, 1)
+    best = log_p.gather(1, tp).squeeze(1)
+    others = log_p.scatter(1, tp, float("-inf"))
+    gap = (best - others.max(dim=1).values).clamp_min(0)  # max propagates NaN
+    return gap.float().view(bs, W).tolist()
+
+
+def rule_config(rule: str, gate: float, cap: int) -> ASDConfig:
+    """The config of a row whose rule is ``rule`` and whose ``gate`` column holds ``gate``."""
+    return ASDConfig(max_exceptions_per_block=cap, rule=rule, **{RULES[rule].gate_field: gate})
+
+
+def reference_outputs(rnd: VerifyRound, target_predict: Optional[torch.Tensor] = None,
+                      rules: Optional[List[str]] = None, tree_depth_gate: bool = False) -> dict:
+    """select_tree on every row, as the tensors ``asd_verify`` must return (on the CPU).
+    rules: a rule name per row (default asd); tree_depth_gate: the gate's K is the tree's depth."""
     bs, W = rnd.candidates.shape
     K = rnd.depth
+    rules = rules or ["asd"] * bs
     tp = rnd.logits.argmax(-1).view(bs, W) if target_predict is None else target_predict.long()
     regrets = node_regrets(rnd, tp)
+    margins = node_margins(rnd, tp)
     tp_rows = tp.cpu().tolist()
     tokens = rnd.candidates.cpu().tolist()
     stops = [[]] * bs if rnd.stop_tokens is None else rnd.stop_tokens.cpu().tolist()
@@ -59,9 +82,11 @@ def reference_outputs(rnd: VerifyRound, target_predict: Optional[torch.Tensor] =
             target_argmax=tp_rows[b],
             regret=regrets[b],
             depth=K,
-            ledger=Ledger(budget=max(remaining[b], 0.0)),
-            config=ASDConfig(gate=gate[b], max_exceptions_per_block=cap[b]),
+            ledger=Ledger(budget=max(remaining[b], 0.0), bounded=RULES[rules[b]].ledger),
+            config=rule_config(rules[b], gate[b], cap[b]),
             stop_tokens=frozenset(stops[b]) - {-1},
+            target_margin=margins[b],
+            gate_depth=tree_depth(rnd.parents[b], K) if tree_depth_gate else None,
         )
         nodes = (0,) + decision.path  # the node at slot s; slot i + 1 holds draft position i
         emitted = list(decision.accepted) + [decision.bonus]
@@ -90,3 +115,8 @@ def reference_outputs(rnd: VerifyRound, target_predict: Optional[torch.Tensor] =
         "target_token": torch.tensor(target_token, dtype=torch.int64).view(bs, K),
         "num_suffix_tokens": torch.tensor(num_suffix, dtype=torch.int32),
     }
+
+
+def rule_ids(rules: List[str]) -> torch.Tensor:
+    """[bs] int32 rule ids (``sglang_asd.verify.rules.RULE_ID``) of rule names."""
+    return torch.tensor([RULE_NAMES.index(r) for r in rules], dtype=torch.int32)

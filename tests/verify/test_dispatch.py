@@ -35,7 +35,8 @@ def test_cpu_logits_run_the_torch_verifier_and_never_ask_for_triton(monkeypatch,
     rnd = make_round(seed=1, bs=3, W=5, K=3, V=32, shape="random", logits="hard")
     args, kwargs = rnd.args(target_predict=given_argmax)
     out = asd_verify(*args, **kwargs)
-    assert len(calls) == 1 and calls[0].keys() == {"stop_tokens", "target_predict"}
+    assert len(calls) == 1
+    assert calls[0].keys() == {"stop_tokens", "target_predict", "rule", "rules_present", "tree_depth_gate"}
     assert calls[0]["stop_tokens"] is rnd.stop_tokens
     assert (calls[0]["target_predict"] is kwargs["target_predict"]) if given_argmax else calls[0]["target_predict"] is None
     assert_same(out, torch_asd_verify(*args, **kwargs))

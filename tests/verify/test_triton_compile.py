@@ -70,7 +70,7 @@ def _compile_all() -> None:
     sig.update({n: "*i32" for n in ("part_idx_ptr", "cap_ptr", "predict_ptr", "accept_index_ptr",
                                     "num_correct_drafts_ptr", "num_exceptions_ptr", "num_suffix_tokens_ptr")})
     sig.update({n: "*fp32" for n in ("part_max_ptr", "remaining_ptr", "gate_ptr", "spent_ptr", "exception_regret_ptr")})
-    sig.update({"logits_ptr": "*bf16", "stride_row": "i32", "V": "i32", "split": "i32", "T": "i32",
+    sig.update({"logits_ptr": "*bf16", "stride_row": "i32", "V": "i32", "split": "i32", "T": "i32", "tree_depth_gate": "i32",
                 "exception_mask_ptr": "*i1"})
     for W, K, tp, warps in ((1, 0, True, 1), (4, 3, False, 1), (16, 5, True, 1), (64, 8, False, 4)):
         W_PAD = triton.next_power_of_2(W)

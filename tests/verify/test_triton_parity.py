@@ -238,3 +238,31 @@ def test_wrapper_never_syncs_and_its_launch_depends_on_shapes_only(monkeypatch, 
     monkeypatch.undo()
     assert len(select.calls) == 2 and select.calls[0] == select.calls[1]
     assert len(vocab.calls) == (0 if target_predict else 2) and vocab.calls[:1] == vocab.calls[1:]
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_tree_depth_gate_parity(seed):
+    """NGRAM's gate depth (q_i = the row's tree depth - i): random trees with nodes outside the tree
+    and one level too deep, and rows of the local rule (which the kernel decides like asd)."""
+    W, K = (8, 6, 5)[seed % 3], (7, 4, 3)[seed % 3]
+    rnd = hard_round(300 + seed, 4, W, K, (29, 64)[seed % 2], "random")
+    args, kwargs = rnd.args(target_predict=seed % 2 == 1)
+    ref = torch_asd_verify(*args, **kwargs, tree_depth_gate=True)
+    out = tv.asd_verify_triton(*args, **kwargs, tree_depth_gate=True, split=2, block_v=TINY_BLOCK)
+    assert_same(ref, out)
+    local = torch.ones(4, dtype=torch.int32, device=DEVICE)  # rule id 1: local
+    assert_same(torch_asd_verify(*args, **kwargs, rule=local, tree_depth_gate=True), out)
+
+
+def test_tree_depth_gate_changes_the_decision_on_a_bushy_tree():
+    """The kernel side of tests/verify/test_rules_verify.py::test_ngram_gate_uses_the_real_tree_depth."""
+    parents = [-1, 0, 0, 0, 0, 0, 1, 2]
+    nt, ns = sglang_links(parents)
+    logits = torch.zeros(8, 8)
+    logits[:, 0] = 1.0
+    args = (torch.tensor([[0, 3, 5, 6, 7, 2, 0, 4]]), logits, torch.tensor([nt]), torch.tensor([ns]),
+            torch.tensor([8.0]), torch.tensor([0.25]), torch.tensor([2], dtype=torch.int32), 7)
+    args = tuple(a.to(DEVICE) if isinstance(a, torch.Tensor) else a for a in args)
+    loose = tv.asd_verify_triton(*args, split=1, block_v=TINY_BLOCK)
+    real = tv.asd_verify_triton(*args, tree_depth_gate=True, split=1, block_v=TINY_BLOCK)
+    assert loose.num_correct_drafts.tolist() == [2] and real.num_correct_drafts.tolist() == [0]

@@ -1,0 +1,83 @@
+"""The acceptance rules as data on the device: each row's rule id -> its traits, no branch per rule.
+
+A rule's id is its index in ``sglang_asd.policy.RULE_NAMES`` (asd 0, local 1, margin 2,
+threshold 3); its traits are ``policy.config.RuleTraits``, the single definition. The verifier
+reads the traits, never a rule's name, so the four rules are one code path:
+
+- ``per_suffix_value``: the gate divides regret by q_i = K - i (asd, local), else by 1 (margin,
+  threshold: the row's ``gate`` column holds the margin or the threshold);
+- ``runner_up_only``: only the target's runner-up may be an exception (margin);
+- ``capped``: at most ``cap`` exceptions per block (asd, local);
+- ``block_limited``: the block's regret must be <= the row's ``remaining`` (asd: B - spent,
+  local: B, which nothing decrements);
+- ``ledger``: the seam charges the row's ``remaining`` with the round's ``spent`` (asd only).
+
+asd and local verify identically given their rows (they differ only in ``ledger``), which is why
+the fused Triton kernel, written for asd, also serves local rows (``ASD_KERNEL_RULES``).
+No host sync: a gather from a small table cached per device.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import NamedTuple, Optional
+
+import torch
+
+from sglang_asd.policy.config import RULE_NAMES, RULES
+
+RULE_ID = {name: i for i, name in enumerate(RULE_NAMES)}
+_COLUMNS = ("per_suffix_value", "runner_up_only", "capped", "block_limited", "ledger")
+_VERIFY_TRAITS = _COLUMNS[:4]
+ASD_KERNEL_RULES = frozenset(
+    name for name, t in RULES.items()
+    if all(getattr(t, c) == getattr(RULES["asd"], c) for c in _VERIFY_TRAITS)
+)  # the rules whose rows the asd kernel decides exactly: asd and local
+
+
+class RowTraits(NamedTuple):
+    """Each row's rule traits, [bs] bool each."""
+
+    per_suffix_value: torch.Tensor
+    runner_up_only: torch.Tensor
+    capped: torch.Tensor
+    block_limited: torch.Tensor
+    ledger: torch.Tensor
+
+
+@functools.lru_cache(maxsize=8)
+def _table(device: torch.device) -> torch.Tensor:
+    """[len(RULE_NAMES), 5] bool: the traits of every rule, on ``device`` (copied once)."""
+    rows = [[getattr(RULES[name], c) for c in _COLUMNS] for name in RULE_NAMES]
+    return torch.tensor(rows, dtype=torch.bool, device=device)
+
+
+def row_traits(
+    rule: Optional[torch.Tensor],  # [bs] int rule id per row; None: every row asd
+    bs: int,
+    device: torch.device,
+) -> RowTraits:
+    """Each row's traits (a gather: no sync)."""
+    table = _table(torch.device(device))
+    if rule is None:
+        rows = table[RULE_ID["asd"]].expand(bs, len(_COLUMNS))
+    else:
+        rows = table[rule.long()]
+    return RowTraits(*rows.unbind(dim=1))
+
+
+def rows_on(
+    remaining: torch.Tensor,  # [bs] float32
+    gate: torch.Tensor,  # [bs] float32
+    cap: torch.Tensor,  # [bs] int32
+    rule: Optional[torch.Tensor] = None,  # [bs] int rule id; None: every row asd
+) -> torch.Tensor:
+    """[bs] bool: rows whose rule may admit exceptions: B > 0 (remaining, for asd: B - spent), the
+    rule's gate > 0 and, for a capped rule, cap > 0. Every other row is strict greedy."""
+    capped = row_traits(rule, remaining.shape[0], remaining.device).capped
+    return (remaining > 0) & (gate > 0) & ((cap > 0) | ~capped)
+
+
+def needs_torch_path(rules_present) -> bool:
+    """True when some row may use a rule the asd kernel does not decide (host-known: no sync)."""
+    return rules_present is not None and not set(rules_present) <= ASD_KERNEL_RULES
