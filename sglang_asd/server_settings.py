@@ -2,8 +2,8 @@
 
 Standard library only. The flags are parsed by ``sglang_asd.launch_server`` before SGLang sees the
 rest of the command line, and also accepted as keys of SGLang's ``--config file.yaml``
-(``asd-default-budget: 8`` or ``asd_default_budget: 8``). The rule's parameters are the policy's
-``ASDConfig`` (its defaults and validators are defined there, once).
+(``asd-default-budget: 8`` or ``asd_default_budget: 8``). The rule and its parameters are the
+policy's ``ASDConfig`` (its defaults and validators are defined there, once).
 """
 
 from __future__ import annotations
@@ -14,10 +14,15 @@ from typing import Any, Mapping
 
 from sglang_asd.policy.config import (
     DEFAULT_GATE,
+    DEFAULT_MARGIN,
     DEFAULT_MAX_EXCEPTIONS_PER_BLOCK,
+    DEFAULT_RULE,
+    DEFAULT_THRESHOLD,
+    RULE_NAMES,
     ASDConfig,
     check_count,
     check_number,
+    validate_rules,
 )
 
 DEFAULT_BUDGET = 0.0  # a request that sends no asd_budget is served strictly
@@ -31,7 +36,9 @@ class ASDServerSettings:
 
     default_budget: regret budget (nats) of a request that sends no ``asd_budget``; 0 = strict.
     max_budget: the largest ``asd_budget`` a request may ask for.
-    rule: the server's gate g and cap m; a request may lower either, never raise it.
+    config: the server's rule (a request's default) and every rule's parameters (gate g, cap m,
+        margin, threshold); a request may lower each parameter, never raise it.
+    allowed_rules: the rules a request may choose (``asd_rule``); the server's rule is one of them.
     max_receipt_events: how many exception events a receipt lists (the counts stay exact).
     standalone_draft_fix: serve STANDALONE drafts their own tokens (``sglang_seams/standalone_draft.py``);
         off by default, so that without it every draft runs exactly as stock SGLang runs it.
@@ -39,7 +46,8 @@ class ASDServerSettings:
 
     default_budget: float = DEFAULT_BUDGET
     max_budget: float = DEFAULT_MAX_BUDGET
-    rule: ASDConfig = ASDConfig()
+    config: ASDConfig = ASDConfig()
+    allowed_rules: tuple = RULE_NAMES
     max_receipt_events: int = DEFAULT_MAX_RECEIPT_EVENTS
     standalone_draft_fix: bool = False
 
@@ -47,8 +55,12 @@ class ASDServerSettings:
         check_number("asd_default_budget", self.default_budget)
         check_number("asd_max_budget", self.max_budget)
         check_count("asd_max_receipt_events", self.max_receipt_events)
-        if not isinstance(self.rule, ASDConfig):
-            raise ValueError(f"rule must be an ASDConfig, got {self.rule!r}")
+        if not isinstance(self.config, ASDConfig):
+            raise ValueError(f"config must be an ASDConfig, got {self.config!r}")
+        object.__setattr__(self, "allowed_rules", validate_rules(self.allowed_rules))
+        if self.config.rule not in self.allowed_rules:
+            raise ValueError(f"asd_rule must be one of asd_allowed_rules ({', '.join(self.allowed_rules)}), "
+                             f"got {self.config.rule!r}")
         if not isinstance(self.standalone_draft_fix, bool):
             raise ValueError(f"asd_standalone_draft_fix must be true or false, got {self.standalone_draft_fix!r}")
         if self.default_budget > self.max_budget:
@@ -59,19 +71,19 @@ class ASDServerSettings:
     @classmethod
     def from_mapping(cls, mapping: Mapping[str, Any]) -> "ASDServerSettings":
         """Strict constructor from flag names (``-`` or ``_``, optional ``asd_`` prefix)."""
-        kwargs, rule, unknown = {}, {}, []
+        kwargs, config, unknown = {}, {}, []
         for key, value in mapping.items():
             name = key.replace("-", "_")
             name = name[4:] if name.startswith("asd_") else name
             if name in _RULE_FIELDS:
-                rule[name] = value
+                config[name] = value
             elif name in _SETTING_FIELDS:
                 kwargs[name] = value
             else:
                 unknown.append(key)
         if unknown:
             raise ValueError(f"unknown ASD setting(s) {sorted(unknown)}; known: {sorted(_FLAG_FIELDS)}")
-        return cls(**kwargs, rule=_rule_config(rule))
+        return cls(**kwargs, config=_rule_config(config))
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
@@ -86,7 +98,7 @@ def _rule_config(values: Mapping[str, Any]) -> ASDConfig:
 
 
 _RULE_FIELDS = tuple(f.name for f in dataclasses.fields(ASDConfig))
-_SETTING_FIELDS = tuple(f.name for f in dataclasses.fields(ASDServerSettings) if f.name != "rule")
+_SETTING_FIELDS = tuple(f.name for f in dataclasses.fields(ASDServerSettings) if f.name != "config")
 _FLAG_FIELDS = _SETTING_FIELDS + _RULE_FIELDS
 
 # (field, type, help); bool fields are store_true flags.
@@ -99,6 +111,17 @@ _FLAGS = (
      f"Regret gate g: an exception at draft position i needs regret/(K-i) <= g (default {DEFAULT_GATE:g})."),
     ("max_exceptions_per_block", int,
      f"Cap m on exceptions accepted per draft block (default {DEFAULT_MAX_EXCEPTIONS_PER_BLOCK})."),
+    ("rule", str,
+     f"Acceptance rule of a request that sends no asd_rule: {', '.join(RULE_NAMES)} (default {DEFAULT_RULE}; "
+     "docs/CONTRACTS.md)."),
+    ("allowed_rules", str,
+     f"Comma-separated rules a request may choose with asd_rule (default {','.join(RULE_NAMES)})."),
+    ("margin", float,
+     f"margin rule: largest top-2 logit margin (nats) at which the target's runner-up is accepted; the most a "
+     f"request may ask for (default {DEFAULT_MARGIN:g})."),
+    ("threshold", float,
+     f"threshold rule: largest regret (nats) of one accepted mismatch; the most a request may ask for "
+     f"(default {DEFAULT_THRESHOLD:g})."),
     ("max_receipt_events", int,
      f"How many exception events a receipt lists (default {DEFAULT_MAX_RECEIPT_EVENTS}); counts stay exact."),
     ("standalone_draft_fix", bool,
@@ -113,7 +136,7 @@ def add_cli_args(parser: argparse.ArgumentParser) -> None:
     defaults = ASDServerSettings.from_mapping({})
     for field, typ, help_text in _FLAGS:
         flags = ("--asd-" + field.replace("_", "-"), "--asd_" + field)  # the second: YAML keys with underscores
-        default = getattr(defaults.rule if field in _RULE_FIELDS else defaults, field)
+        default = getattr(defaults.config if field in _RULE_FIELDS else defaults, field)
         if typ is bool:
             group.add_argument(*flags, action="store_true", default=default, dest=f"asd_{field}", help=help_text)
         else:

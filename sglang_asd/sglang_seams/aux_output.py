@@ -32,7 +32,8 @@ class ASDRoundOutput:
     def consume(self, batch, commits: Sequence[Optional[object]]) -> None:
         """Post each row's exceptions to its request's ledger, at their output positions.
 
-        Only tokens that became visible count: a round cut short by a stop token or
+        Every rule's exceptions are recorded (spent regret is reported for every rule; only asd's
+        device ledger was charged). Only tokens that became visible count: a round cut short by a stop token or
         ``max_new_tokens`` charges neither exceptions nor suffix tokens after the cut. A request
         that finished in an earlier round but was still in this one (the overlap scheduler's
         one-step lag) gets no commit, so its extra round charges nobody.
@@ -47,21 +48,24 @@ class ASDRoundOutput:
         regret = self.exception_regret.numpy()
         draft = self.draft_token.numpy()
         target = self.target_token.numpy()
-        spent_total, exceptions_total, suffix_total = 0.0, 0, 0
+        totals: dict = {}  # rule -> [exceptions, regret, suffix tokens] of this round
         for row in np.flatnonzero(active):
             commit = commits[row]
             ledger = getattr(batch.reqs[row], "asd_ledger", None)
             if commit is None or ledger is None:
                 continue
+            total = totals.setdefault(ledger.rule, [0, 0.0, 0])
             visible = min(len(commit.token_ids), exception.shape[1])
             for pos in np.flatnonzero(exception[row, :visible]):
                 ledger.record(commit.output_index + int(pos), int(draft[row, pos]), int(target[row, pos]),
                               float(regret[row, pos]))
-                spent_total += float(regret[row, pos])
-                exceptions_total += 1
+                total[0] += 1
+                total[1] += float(regret[row, pos])
             n_suffix = int(suffix[row, :visible].sum())
             ledger.suffix_tokens += n_suffix
-            suffix_total += n_suffix
+            total[2] += n_suffix
         metrics = get_runtime().metrics
         if metrics is not None:
-            metrics.observe_round(exceptions=exceptions_total, regret=spent_total, suffix_tokens=suffix_total)
+            for rule, (exceptions_total, spent_total, suffix_total) in totals.items():
+                metrics.observe_round(exceptions=exceptions_total, regret=spent_total, suffix_tokens=suffix_total,
+                                      rule=rule)

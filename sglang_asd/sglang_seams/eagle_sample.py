@@ -3,9 +3,9 @@
 - Hook kind: AROUND on both, each calls the original.
 - Process: scheduler (every TP rank), in the verify step of EAGLE/EAGLE3/NEXTN (EAGLEWorkerV2,
   MultiLayerEagleWorkerV2), STANDALONE (StandaloneWorkerV2) and NGRAM (NGRAMWorker).
-- Why: ASD replaces strict greedy acceptance with the budgeted rule (docs/ASD_SPEC.md via
-  ``sglang_asd.verify``) for the rows of requests that carry a budget, and leaves every other row
-  exactly as SGLang computed it.
+- Why: ASD replaces strict greedy acceptance with the request's rule (docs/ASD_SPEC.md for asd;
+  local, margin, threshold: ``policy.config``; via ``sglang_asd.verify``) for the rows of requests
+  that carry a budget, and leaves every other row exactly as SGLang computed it.
 - How: ``eagle_sample`` is wrapped to publish the step (final logits, tree, ledger rows) in a
   context variable; SGLang then applies penalties, logit bias and the grammar mask to the logits in
   place and, on the greedy branch, computes ``target_predict = argmax`` and calls
@@ -22,7 +22,20 @@
   applied by this step first, so every write to the table is in this stream's order). The host
   ledger trails the device by one round under overlap; receipts come from the per-round results
   of rounds whose tokens were committed, so a request finished in round N is not charged for the
-  round N+1 it was still part of.
+  round N+1 it was still part of. The rules add no ordering of their own: a row's rule id is
+  written only with its admission (staged, applied first by this step), the kernel choice reads
+  the host view that matches exactly the rows applied at this step's issue, and only asd rows'
+  ``remaining`` changes from round to round (local, margin and threshold rows keep B, so a lagging
+  round cannot leave them a stale value).
+- Rules: each row's rule id comes from the ledger table with its other columns; the kernel is
+  chosen from the table's host view of the rules in use (``ledger_table.rules_active``: no sync):
+  the fused Triton kernel when every ASD row is asd or local, the torch verifier otherwise.
+  Only asd rows are charged (local keeps B per block; margin and threshold have no ledger), and
+  every rule's spent regret reaches the host ledger through the round output.
+- NGRAM (``batch.spec_algorithm.is_ngram()``, host-known): SGLang's ``max_tree_depth`` is the
+  draft width, so K = ``max_tree_depth - 1`` is only a loop bound; the gate uses each row's real
+  tree depth (``tree_depth_gate``), computed by the verifier on the device. EAGLE and STANDALONE
+  keep K = ``speculative_num_steps`` (spec section 5).
 - Depth 0 (``--speculative-adaptive`` at large batch sizes verifies the root alone): no draft
   token, nothing to decide; SGLang's result is returned as is.
 - Every binding: ``eagle_sample`` is imported by name into ``eagle_worker_common`` and
@@ -41,7 +54,7 @@ import contextvars
 import dataclasses
 import functools
 import inspect
-from typing import Optional
+from typing import FrozenSet, Optional
 
 import torch
 
@@ -51,6 +64,8 @@ from sglang.srt.speculative import eagle_utils
 from sglang_asd.sglang_seams.aux_output import ASDRoundOutput
 from sglang_asd.sglang_seams.verify_warmup import note_variant
 from sglang_asd.verify import ASDVerifyOutput, asd_verify
+from sglang_asd.sglang_seams.ledger_table import LedgerRows
+from sglang_asd.verify.rules import needs_torch_path, row_traits, rows_on
 
 EAGLE_SAMPLE = "sglang.srt.speculative.eagle_utils.eagle_sample"
 VERIFY_TREE_GREEDY = "sglang.kernels.ops.speculative.spec_tree.verify_tree_greedy_func"
@@ -99,12 +114,11 @@ def _bind(fn, args, kwargs) -> dict:
 @dataclasses.dataclass
 class _VerifyStep:
     logits: torch.Tensor  # [bs*W, V] final logits (SGLang modifies them in place before argmax)
-    remaining: torch.Tensor  # [bs] float32
-    gate: torch.Tensor  # [bs] float32
-    cap: torch.Tensor  # [bs] int32
-    stop_tokens: torch.Tensor  # [bs, T] int64, -1 padded
+    rows: LedgerRows  # the batch's ledger rows: remaining, gate, cap [bs]; stop_tokens [bs, T]; rule [bs]
+    rules_active: FrozenSet[str]  # host view: the rules the table's ASD rows use (superset of this batch's)
     depth: int  # K
-    active: torch.Tensor  # [bs] bool: rows decided by ASD (remaining, gate and cap all > 0)
+    tree_depth_gate: bool  # NGRAM: the gate's K is each row's tree depth
+    active: torch.Tensor  # [bs] bool: rows decided by ASD (``verify.rules.rows_on``)
     out: Optional[ASDVerifyOutput] = None
 
 
@@ -112,18 +126,23 @@ _STEP: contextvars.ContextVar[Optional[_VerifyStep]] = contextvars.ContextVar("a
 
 
 def _run_asd(step: _VerifyStep, candidates, retrive_next_token, retrive_next_sibling, target_predict):
-    note_variant(candidates, step.logits, step.depth, step.stop_tokens, target_predict)
+    r = step.rows
+    if not needs_torch_path(step.rules_active):  # the Triton kernel on CUDA: note its variant
+        note_variant(candidates, step.logits, step.depth, r.stop_tokens, target_predict)
     return _tp_consistent(asd_verify(
         candidates,
         step.logits,
         retrive_next_token,
         retrive_next_sibling,
-        step.remaining,
-        step.gate,
-        step.cap,
+        r.remaining,
+        r.gate,
+        r.cap,
         step.depth,
-        stop_tokens=step.stop_tokens,
+        stop_tokens=r.stop_tokens,
         target_predict=target_predict,
+        rule=r.rule,
+        rules_present=step.rules_active,
+        tree_depth_gate=step.tree_depth_gate,
     ))
 
 
@@ -178,15 +197,14 @@ def eagle_sample_around(original, *args, **kwargs):
         return original(*args, **kwargs)
 
     rows = batch.req_pool_indices  # [bs] device
-    remaining, gate, cap, stop_tokens = table.begin_verify(rows)
+    ledger_rows = table.begin_verify(rows)  # applies staged admissions first: rules_active is exact now
     step = _VerifyStep(
         logits=logits_output.next_token_logits,
-        remaining=remaining,
-        gate=gate,
-        cap=cap,
-        stop_tokens=stop_tokens,
+        rows=ledger_rows,
+        rules_active=table.rules_active,
         depth=K,
-        active=(remaining > 0) & (gate > 0) & (cap > 0),
+        tree_depth_gate=batch.spec_algorithm.is_ngram(),
+        active=rows_on(ledger_rows.remaining, ledger_rows.gate, ledger_rows.cap, ledger_rows.rule),
     )
     token = _STEP.set(step)
     try:
@@ -205,8 +223,10 @@ def eagle_sample_around(original, *args, **kwargs):
         accept_lens = num_correct + 1
 
     out, active = step.out, step.active
-    # Charge the device ledger (strict rows spend 0; padding rows map to the all-zero slot 0).
-    table.charge(rows, step.remaining - torch.where(active, out.spent, torch.zeros_like(out.spent)))
+    # Charge the device ledger: asd rows only (strict rows spend 0; padding rows map to the all-zero
+    # slot 0; local rows keep B for the next block; margin and threshold rows have no ledger).
+    charged = active & row_traits(ledger_rows.rule, bs, ledger_rows.rule.device).ledger
+    table.charge(rows, ledger_rows.remaining - torch.where(charged, out.spent, torch.zeros_like(out.spent)))
     logits_output.auxiliary_device_output = append_auxiliary_output(
         logits_output.auxiliary_device_output, _round_output(out, active, candidates, K))
     return predict, accept_lens, accept_index

@@ -1,6 +1,7 @@
 """The HTTP side of ASD: the request fields and the receipts in responses (launcher process).
 
-Request fields ``asd_budget``, ``asd_gate``, ``asd_max_exceptions_per_block``:
+Request fields ``asd_budget``, ``asd_rule``, ``asd_gate``, ``asd_max_exceptions_per_block``,
+``asd_margin``, ``asd_threshold`` (docs/CONTRACTS.md):
 - native ``/generate``: inside ``sampling_params`` (an object or a list of them);
 - ``/v1/completions``, ``/v1/chat/completions``: top level (what OpenAI clients send through
   ``extra_body``) or inside ``custom_params``.
@@ -34,8 +35,16 @@ from __future__ import annotations
 import json
 from typing import Any, Optional
 
-from sglang_asd.policy import validate_budget, validate_cap, validate_gate
-from sglang_asd.request_ledger import BUDGET_KEY, CAP_KEY, GATE_KEY, REQUEST_KEYS
+from sglang_asd.request_ledger import (
+    BUDGET_KEY,
+    CAP_KEY,
+    GATE_KEY,
+    MARGIN_KEY,
+    REQUEST_KEYS,
+    RULE_KEY,
+    THRESHOLD_KEY,
+    RequestASD,
+)
 from sglang_asd.server_settings import ASDServerSettings
 
 RECEIPT_KEY = "asd"
@@ -67,15 +76,17 @@ def configure(settings: ASDServerSettings) -> None:
 
 
 def validate_fields(fields: dict, settings: ASDServerSettings) -> dict:
-    """Validated ASD fields of one request; raises ValueError with a user-facing message."""
-    out = {}
-    if fields.get(BUDGET_KEY) is not None:
-        out[BUDGET_KEY] = validate_budget(fields[BUDGET_KEY], settings.max_budget)
-    if fields.get(GATE_KEY) is not None:
-        out[GATE_KEY] = validate_gate(fields[GATE_KEY], settings.rule.gate)
-    if fields.get(CAP_KEY) is not None:
-        out[CAP_KEY] = validate_cap(fields[CAP_KEY], settings.rule.max_exceptions_per_block)
-    return out
+    """Validated ASD fields of one request; raises ValueError with a user-facing message.
+
+    The same validation as the scheduler's (``RequestASD.from_custom_params``): the budget within
+    the server's maximum, the rule among the server's allowed rules, each parameter no looser than
+    the server's and one that the chosen rule reads."""
+    given = {k: v for k, v in fields.items() if k in REQUEST_KEYS and v is not None}
+    choice = RequestASD.from_custom_params(given, settings)
+    config = choice.config
+    validated = {BUDGET_KEY: choice.budget, RULE_KEY: config.rule, GATE_KEY: config.gate,
+                 CAP_KEY: config.max_exceptions_per_block, MARGIN_KEY: config.margin, THRESHOLD_KEY: config.threshold}
+    return {k: validated[k] for k in given}
 
 
 def _move_into_custom_params(holder: dict, source: dict, settings: ASDServerSettings) -> None:

@@ -1,9 +1,10 @@
 """The device ledger: one row per request-pool slot, read by the verify hot path without a sync.
 
-Row ``s`` holds the ASD state of the request that owns ``req_to_token_pool`` slot ``s``:
-``remaining`` budget (nats), ``gate``, ``cap`` and its stop tokens. A row whose request is not
-served with ASD (no budget, sampling, or no request at all, e.g. SGLang's padding row 0) is all
-zeros, and a zero row verifies exactly like strict greedy.
+Row ``s`` holds the ASD state of the request that owns ``req_to_token_pool`` slot ``s``: its
+``rule`` (id: ``sglang_asd.verify.rules.RULE_ID``), ``remaining`` (nats: asd B - spent; other
+rules B, never decremented), the rule's ``gate`` (g, margin or threshold), ``cap`` and its stop
+tokens. A row whose request is not served with ASD (no budget, sampling, or no request at all,
+e.g. SGLang's padding row 0) is all zeros, and a zero row verifies exactly like strict greedy.
 
 Ordering: every device write is issued by the verify step, on the stream that runs it.
 - The verify step (``begin_verify``) gathers rows with ``batch.req_pool_indices`` (already on the
@@ -23,8 +24,15 @@ Ordering: every device write is issued by the verify step, on the stream that ru
   The order argument holds for any worker, since it only relies on every reader applying the
   staged writes first, on its own stream.
 - Staged writes are applied with one host-to-device copy (pinned, non-blocking) of a packed
-  ``[n, 4 + T]`` float64 block; slots, caps and token ids are exact in float64. A step that
-  follows no admission or release copies nothing.
+  ``[n, 5 + T]`` float64 block; slots, caps, rule ids and token ids are exact in float64. A step
+  that follows no admission or release copies nothing.
+- Which rules the rows use (``rules_active``) is known on the host without a sync: it is updated
+  with ``owner`` at admission and release, and ``begin_verify`` applies exactly those staged
+  writes before the batch's verify is issued, so at that moment the host view describes every
+  non-zero row the device will read for this batch (a superset of the batch's own rows). The verify
+  step chooses its kernel from it (``verify.dispatch``). A rule's id never changes while a row
+  holds a request (``charge`` writes ``remaining`` only), so the one-step lag of the overlap
+  scheduler cannot make the view stale.
 
 ``owner`` is the host's view of which request (its ``RequestLedger``) a row belongs to; a slot
 lent to another request without being freed (SGLang's streaming sessions) is re-admitted for it.
@@ -32,11 +40,24 @@ lent to another request without being freed (SGLang's streaming sessions) is re-
 
 from __future__ import annotations
 
-from typing import Iterable, Optional, Sequence
+import collections
+from typing import FrozenSet, Iterable, NamedTuple, Optional, Sequence
 
 import torch
 
-_FIELDS = 4  # slot, remaining, gate, cap; then the stop tokens
+from sglang_asd.policy.config import RULE_NAMES, RULES
+
+_FIELDS = 5  # slot, remaining, gate, cap, rule; then the stop tokens
+
+
+class LedgerRows(NamedTuple):
+    """The rows of one verify batch, gathered by ``begin_verify``."""
+
+    remaining: torch.Tensor  # [bs] float32
+    gate: torch.Tensor  # [bs] float32
+    cap: torch.Tensor  # [bs] int32
+    stop_tokens: torch.Tensor  # [bs, T] int64, -1 padded
+    rule: torch.Tensor  # [bs] int32 rule id
 
 
 class ASDLedgerTable:
@@ -45,9 +66,12 @@ class ASDLedgerTable:
         self.remaining = torch.zeros(num_slots, dtype=torch.float32, device=self.device)  # [slots]
         self.gate = torch.zeros(num_slots, dtype=torch.float32, device=self.device)  # [slots]
         self.cap = torch.zeros(num_slots, dtype=torch.int32, device=self.device)  # [slots]
+        self.rule = torch.zeros(num_slots, dtype=torch.int32, device=self.device)  # [slots] rule id
         self.stop_tokens = torch.full((num_slots, stop_width), -1, dtype=torch.int64, device=self.device)  # [slots, T]
         self.owner: dict[int, object] = {}  # host view: slot -> the ledger its row holds (ASD rows only)
-        self._staged: dict[int, tuple] = {}  # slot -> (remaining, gate, cap, stop tokens); last write wins
+        self._staged: dict[int, tuple] = {}  # slot -> (remaining, gate, cap, rule, stop tokens); last write wins
+        self._rule_of: dict[int, int] = {}  # host view: slot -> rule id (ASD rows only, as owner)
+        self._rule_count: collections.Counter = collections.Counter()  # rule id -> ASD rows using it
 
     @property
     def num_active(self) -> int:
@@ -58,57 +82,76 @@ class ASDLedgerTable:
     def has_staged(self) -> bool:
         return bool(self._staged)
 
+    @property
+    def rules_active(self) -> FrozenSet[str]:
+        """The rules of the rows that let ASD decide (host view, see the module docstring)."""
+        return frozenset(RULE_NAMES[r] for r, n in self._rule_count.items() if n > 0)
+
     def admit(self, slots: Sequence[int], owners: Sequence[object], remaining: Sequence[float],
-              gate: Sequence[float], cap: Sequence[int], stop_tokens: Sequence[Iterable[int]]) -> None:
-        """Stage the rows of requests that took (or were lent) these slots."""
-        for s, o, r, g, c, stops in zip(slots, owners, remaining, gate, cap, stop_tokens):
-            self._staged[s] = (float(r), float(g), int(c), sorted({int(t) for t in stops}))
-            if r > 0 and g > 0 and c > 0:
+              gate: Sequence[float], cap: Sequence[int], stop_tokens: Sequence[Iterable[int]],
+              rule: Optional[Sequence[int]] = None) -> None:
+        """Stage the rows of requests that took (or were lent) these slots. ``rule``: rule ids
+        (default asd); a row is an ASD row when the caller's rule admits exceptions on it
+        (remaining, gate > 0 and, for a capped rule, cap > 0), as ``verify.rules.rows_on`` decides."""
+        rule = [0] * len(slots) if rule is None else rule
+        for s, o, r, g, c, stops, k in zip(slots, owners, remaining, gate, cap, stop_tokens, rule):
+            self._staged[s] = (float(r), float(g), int(c), int(k), sorted({int(t) for t in stops}))
+            self._forget(s)
+            if r > 0 and g > 0 and (c > 0 or not RULES[RULE_NAMES[k]].capped):
                 self.owner[s] = o
-            else:
-                self.owner.pop(s, None)
+                self._rule_of[s] = int(k)
+                self._rule_count[int(k)] += 1
 
     def release(self, slots: Sequence[int]) -> None:
         """Stage zero rows for slots given back, so a slot never carries a budget to its next owner."""
         for s in slots:
-            if self.owner.pop(s, None) is not None or s in self._staged:
-                self._staged[s] = (0.0, 0.0, 0, [])
+            owned = s in self.owner
+            self._forget(s)
+            if owned or s in self._staged:
+                self._staged[s] = (0.0, 0.0, 0, 0, [])
+
+    def _forget(self, slot: int) -> None:
+        """Drop ``slot`` from the host view (owner, rule counts)."""
+        self.owner.pop(slot, None)
+        k = self._rule_of.pop(slot, None)
+        if k is not None:
+            self._rule_count[k] -= 1
 
     def owner_of(self, slot: int) -> Optional[object]:
         return self.owner.get(slot)
 
     # -- the verify step (stream order) ---------------------------------------------------------
 
-    def begin_verify(self, rows: torch.Tensor):
-        """Apply staged writes, then gather ``rows`` ([bs] slots on the device).
-
-        -> remaining [bs] float32, gate [bs] float32, cap [bs] int32, stop_tokens [bs, T] int64.
-        """
+    def begin_verify(self, rows: torch.Tensor) -> LedgerRows:
+        """Apply staged writes, then gather ``rows`` ([bs] slots on the device)."""
         if self._staged:
             self._apply_staged()
-        return self.remaining[rows], self.gate[rows], self.cap[rows], self.stop_tokens[rows]
+        return LedgerRows(self.remaining[rows], self.gate[rows], self.cap[rows], self.stop_tokens[rows],
+                          self.rule[rows])
 
     def charge(self, rows: torch.Tensor, remaining: torch.Tensor) -> None:
-        """Write back each row's remaining budget after the round (``rows`` [bs], ``remaining`` [bs])."""
+        """Write back each row's remaining budget after the round (``rows`` [bs], ``remaining`` [bs]);
+        the caller passes rows of rules without a ledger unchanged."""
         self.remaining.index_put_((rows,), remaining)
 
     def _apply_staged(self) -> None:
         staged, self._staged = self._staged, {}
-        width = max(len(v[3]) for v in staged.values())
+        width = max(len(v[4]) for v in staged.values())
         if width > self.stop_tokens.shape[1]:  # rare: grow to the next power of two, in stream order
             grown = torch.full((self.stop_tokens.shape[0], _next_pow2(width)), -1, dtype=torch.int64,
                                device=self.device)
             grown[:, : self.stop_tokens.shape[1]] = self.stop_tokens
             self.stop_tokens = grown
         T = self.stop_tokens.shape[1]
-        packed = [[s, r, g, c, *stops, *([-1] * (T - len(stops)))] for s, (r, g, c, stops) in staged.items()]
+        packed = [[s, r, g, c, k, *stops, *([-1] * (T - len(stops)))] for s, (r, g, c, k, stops) in staged.items()]
         pinned = self.device.type == "cuda"
-        host = torch.tensor(packed, dtype=torch.float64, pin_memory=pinned)  # [n, 4 + T]
+        host = torch.tensor(packed, dtype=torch.float64, pin_memory=pinned)  # [n, 5 + T]
         block = host.to(self.device, non_blocking=pinned)
         idx = block[:, 0].long()
         self.remaining[idx] = block[:, 1].float()
         self.gate[idx] = block[:, 2].float()
         self.cap[idx] = block[:, 3].int()
+        self.rule[idx] = block[:, 4].int()
         self.stop_tokens[idx] = block[:, _FIELDS:].long()
 
 

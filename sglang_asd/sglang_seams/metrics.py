@@ -3,7 +3,9 @@
 Created only when the server runs with ``--enable-metrics``, on the scheduler that exports
 SGLang's own metrics (attention-TP rank 0), so TP ranks do not double count. SGLang runs
 prometheus_client in multiprocess mode, so counters made in the scheduler appear on the HTTP
-server's ``/metrics``.
+server's ``/metrics``. Every counter carries a ``rule`` label (asd, local, margin, threshold: the
+request's rule), so rules compare by the same counts; ``sglang:asd_budget_exhausted_total`` counts
+asd requests only (the one rule whose budget is a request ledger).
 """
 
 from __future__ import annotations
@@ -17,36 +19,39 @@ class ASDMetrics:
 
         names = list(labels)
         self._labels = labels
+        ruled = names + ["rule"]
         self.exceptions = Counter(
-            "sglang:asd_exceptions_total", "Draft tokens accepted as ASD exceptions (tokens).", names)
+            "sglang:asd_exceptions_total", "Draft tokens accepted as exceptions, by rule (tokens).", ruled)
         self.regret = Counter(
-            "sglang:asd_regret_spent_nats_total", "Regret charged to request ledgers (nats).", names)
+            "sglang:asd_regret_spent_nats_total",
+            "Regret of accepted exceptions, by rule; charged to request ledgers under asd (nats).", ruled)
         self.suffix = Counter(
             "sglang:asd_suffix_tokens_total",
-            "Exact draft tokens committed after an exception through realized-prefix suffix reuse (tokens).", names)
+            "Exact draft tokens committed after an exception through realized-prefix suffix reuse (tokens).", ruled)
         self.exhausted = Counter(
             "sglang:asd_budget_exhausted_total",
-            "Requests that finished with less than 1% of their budget left (requests).", names)
+            "asd requests that finished with less than 1% of their budget left (requests).", ruled)
         self.active = Gauge(
             "sglang:asd_active_ledgers", "Request-pool slots holding an ASD ledger row now (requests).", names,
             multiprocess_mode="livesum")
         self.requests = Counter(
             "sglang:asd_requests_total",
-            "Requests by whether ASD applied, and why not (requests).", names + ["applied", "reason"])
+            "Requests by whether ASD applied, and why not, by rule (requests).", names + ["applied", "reason", "rule"])
 
-    def observe_round(self, exceptions: int, regret: float, suffix_tokens: int) -> None:
+    def observe_round(self, exceptions: int, regret: float, suffix_tokens: int, rule: str = "asd") -> None:
         if exceptions:
-            self.exceptions.labels(**self._labels).inc(exceptions)
-            self.regret.labels(**self._labels).inc(regret)
+            self.exceptions.labels(**self._labels, rule=rule).inc(exceptions)
+            self.regret.labels(**self._labels, rule=rule).inc(regret)
         if suffix_tokens:
-            self.suffix.labels(**self._labels).inc(suffix_tokens)
+            self.suffix.labels(**self._labels, rule=rule).inc(suffix_tokens)
 
-    def observe_request(self, reason: Optional[str]) -> None:
-        self.requests.labels(**self._labels, applied=str(reason is None).lower(), reason=reason or "").inc()
+    def observe_request(self, reason: Optional[str], rule: str = "asd") -> None:
+        self.requests.labels(**self._labels, applied=str(reason is None).lower(), reason=reason or "", rule=rule).inc()
 
     def set_active(self, n: int) -> None:
         self.active.labels(**self._labels).set(n)
 
-    def observe_finished(self, budget: float, remaining: float) -> None:
-        if budget > 0 and remaining < 0.01 * budget:
-            self.exhausted.labels(**self._labels).inc()
+    def observe_finished(self, budget: float, remaining: Optional[float], rule: str = "asd") -> None:
+        """``remaining`` None: a rule without a ledger, which cannot exhaust one."""
+        if remaining is not None and budget > 0 and remaining < 0.01 * budget:
+            self.exhausted.labels(**self._labels, rule=rule).inc()

@@ -8,9 +8,10 @@
   loop over requests.
 - How: after ``alloc`` returns, every request whose slot's row does not already belong to it
   gets its row staged (``ledger_table.py`` explains why rows are staged on the host and applied
-  by the verify step): remaining = budget - host spent (the host mirror is exact at admission: a
-  retracted request is only re-admitted after its last in-flight batch was processed), gate, cap,
-  stop tokens; a strict request gets a zero row. That covers a slot lent to the next turn of a
+  by the verify step): its rule id, remaining (asd: budget - host spent, exact at admission: a
+  retracted request is only re-admitted after its last in-flight batch was processed; other
+  rules: the budget, never decremented), the rule's gate (g, margin or threshold), cap, stop
+  tokens; a strict request gets a zero row. That covers a slot lent to the next turn of a
   streaming session without a free (``srt/session/streaming_session.py``): the ledger belongs to
   the request, not to the slot. ``free_rows`` stages zero rows for the slots it frees.
 - Upstream: none yet. A request-slot lifecycle callback (alloc/free) on ReqToTokenPool would make
@@ -23,6 +24,7 @@ from __future__ import annotations
 
 from sglang_asd.sglang_seams.ledger_table import ASDLedgerTable
 from sglang_asd.sglang_seams.runtime import get_runtime
+from sglang_asd.verify.rules import RULE_ID
 
 TARGETS = (
     "sglang.srt.mem_cache.memory_pool.ReqToTokenPool.alloc",
@@ -71,10 +73,11 @@ def alloc_around(original, self, reqs, *args, **kwargs):
         table.admit(
             slots=[r.kv.req_pool_idx for r in admitted],
             owners=[r.asd_ledger for r in admitted],
-            remaining=[r.asd_ledger.remaining for r in admitted],
-            gate=[r.asd_ledger.choice.rule.gate for r in admitted],
-            cap=[r.asd_ledger.choice.rule.max_exceptions_per_block for r in admitted],
+            remaining=[r.asd_ledger.device_remaining for r in admitted],
+            gate=[r.asd_ledger.choice.config.rule_gate for r in admitted],
+            cap=[r.asd_ledger.choice.config.max_exceptions_per_block for r in admitted],
             stop_tokens=[_stop_tokens(r) for r in admitted],
+            rule=[RULE_ID[r.asd_ledger.rule] for r in admitted],
         )
     if lent:
         table.release(lent)

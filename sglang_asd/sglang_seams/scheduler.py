@@ -4,8 +4,9 @@
 - Why: the ledger lives on the scheduler's request object, created with the request from the
   ``asd_*`` keys of ``sampling_params.custom_params`` (validated again here: the HTTP layer already
   answered bad values with a 400, but the scheduler must not trust its input).
-- How: call the original, then attach ``req.asd_ledger`` (a ``RequestLedger``) with the reason
-  ASD does not apply, if any (budget 0, sampling request, server without speculative decoding).
+- How: call the original, then attach ``req.asd_ledger`` (a ``RequestLedger``: budget, rule and
+  its parameters) with the reason ASD does not apply, if any (strict choice, sampling request,
+  server without speculative decoding, unsupported mode).
 - Upstream: SGLang documents this method as the "extension point for request-local state".
 
 ``Scheduler.get_output_streamer_class`` (AROUND, scheduler process)
@@ -69,7 +70,7 @@ def create_generation_req_around(original, self, recv_req, *args, **kwargs):
     reason = _reason(choice, params, not self.spec_algorithm.is_none(), _unsupported_mode(self))
     req.asd_ledger = RequestLedger(choice=choice, reason=reason, max_events=runtime.settings.max_receipt_events)
     if runtime.metrics is not None:
-        runtime.metrics.observe_request(reason)
+        runtime.metrics.observe_request(reason, rule=choice.config.rule)
     return req
 
 
@@ -98,7 +99,7 @@ def _receipt_of(req) -> list:
         ledger.finalized = True
         metrics = get_runtime().metrics
         if metrics is not None and ledger.applied:
-            metrics.observe_finished(ledger.choice.budget, ledger.remaining)
+            metrics.observe_finished(ledger.choice.budget, ledger.remaining, rule=ledger.rule)
     return [ledger.receipt()]
 
 

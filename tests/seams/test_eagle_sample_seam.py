@@ -63,7 +63,8 @@ def step(monkeypatch):
     table.admit(asd_rows, [ledgers[s - 1] for s in asd_rows], [8.0] * len(asd_rows), [0.25] * len(asd_rows),
                 [2] * len(asd_rows), [{0}] * len(asd_rows))
     batch = SimpleNamespace(req_to_token_pool=SimpleNamespace(_asd_table=table),
-                            req_pool_indices=torch.arange(1, BS + 1), forward_mode=SimpleNamespace(is_idle=lambda: False))
+                            req_pool_indices=torch.arange(1, BS + 1), forward_mode=SimpleNamespace(is_idle=lambda: False),
+                            spec_algorithm=SimpleNamespace(is_ngram=lambda: False))
     verify_input = SimpleNamespace(max_tree_depth=K + 1, draft_token_num=W, draft_token=rnd.candidates.reshape(-1),
                                    retrieve_next_token=rnd.retrive_next_token,
                                    retrieve_next_sibling=rnd.retrive_next_sibling)
@@ -114,3 +115,76 @@ def test_depth_zero_is_sglangs_result_untouched(step):
     out = seam.eagle_sample_around(lambda verify_input, batch, logits_output: sentinel, step.verify_input,
                                    step.batch, step.logits_output)
     assert out is sentinel and step.logits_output.auxiliary_device_output is None
+
+
+# --- rules per row and NGRAM's gate depth -------------------------------------------------------
+
+
+def _admit_rules(step, rules):
+    """Re-admit every odd slot under ``rules`` (cycled): the batch mixes asd, local, margin, threshold."""
+    from sglang_asd.verify.rules import RULE_ID
+
+    slots = list(range(1, BS + 1, 2))
+    names = [rules[i % len(rules)] for i in range(len(slots))]
+    gates = [0.5 if r in ("asd", "local") else 4.0 for r in names]
+    step.table.admit(slots, [object() for _ in slots], [8.0] * len(slots), gates, [2] * len(slots),
+                     [{0}] * len(slots), rule=[RULE_ID[r] for r in names])
+    return names, torch.tensor(gates)
+
+
+@pytest.mark.parametrize("branch", [_greedy_eagle_sample, _sampling_eagle_sample], ids=["greedy", "sampling"])
+def test_each_row_takes_its_own_rule_and_only_asd_rows_are_charged(step, monkeypatch, branch):
+    from sglang_asd.verify.rules import RULE_ID
+
+    names, gates = _admit_rules(step, ["asd", "local", "margin", "threshold"])
+    _forbid_host_sync(monkeypatch)
+    predict, accept_lens, accept_index = seam.eagle_sample_around(branch, step.verify_input, step.batch,
+                                                                  step.logits_output)
+    monkeypatch.undo()
+    r = step.rnd
+    rows = step.asd
+    rule = torch.zeros(BS, dtype=torch.int32)
+    rule[rows] = torch.tensor([RULE_ID[n] for n in names], dtype=torch.int32)
+    gate = torch.zeros(BS)
+    gate[rows] = gates
+    want = asd_verify(r.candidates, r.logits, r.retrive_next_token, r.retrive_next_sibling,
+                      torch.where(rows, 8.0, 0.0), gate, torch.where(rows, 2, 0).int(), K,
+                      stop_tokens=torch.zeros((BS, 1), dtype=torch.int64), rule=rule)
+    strict = strict_verify(r.candidates, r.logits, r.retrive_next_token, r.retrive_next_sibling, K)
+    assert torch.equal(accept_index, torch.where(rows[:, None], want.accept_index, strict[1]))
+    assert torch.equal(accept_lens - 1, torch.where(rows, want.num_correct_drafts, strict[2]))
+    is_asd = rule == RULE_ID["asd"]
+    assert torch.equal(step.table.remaining[1:], torch.where(rows, 8.0 - torch.where(is_asd, want.spent, 0.0), 0.0))
+    assert want.spent[rows & ~is_asd].sum() > 0, "the uncharged rules must have spent something"
+    aux = step.logits_output.auxiliary_device_output
+    assert torch.equal(aux.exception_regret.sum(1), torch.where(rows, want.spent, 0.0)), "spent reported for every rule"
+
+
+def test_a_batch_with_a_margin_row_takes_the_torch_verifier_on_cuda(step, monkeypatch):
+    """The kernel choice reads the ledger table's host view (no sync): asd and local rows may take
+    the Triton kernel, a batch with a margin or threshold row takes the torch verifier."""
+    calls = []
+    real = seam.asd_verify
+    monkeypatch.setattr(seam, "asd_verify", lambda *a, **k: calls.append(k["rules_present"]) or real(*a, **k))
+    seam.eagle_sample_around(_greedy_eagle_sample, step.verify_input, step.batch, step.logits_output)
+    _admit_rules(step, ["asd", "margin"])
+    seam.eagle_sample_around(_greedy_eagle_sample, step.verify_input, step.batch, step.logits_output)
+    from sglang_asd.verify.rules import needs_torch_path
+
+    assert calls == [{"asd"}, {"asd", "margin"}]
+    assert [needs_torch_path(c) for c in calls] == [False, True]
+
+
+def test_ngram_rows_gate_on_their_tree_depth(step):
+    """NGRAM (host-known from the batch): the seam asks the verifier for each row's real tree depth
+    in q_i = K - i; the same call for EAGLE keeps K."""
+    for ngram in (False, True):
+        step.batch.spec_algorithm = SimpleNamespace(is_ngram=lambda ngram=ngram: ngram)
+        seen = []
+        real = seam.asd_verify
+        seam.asd_verify = lambda *a, **k: seen.append(k["tree_depth_gate"]) or real(*a, **k)
+        try:
+            seam.eagle_sample_around(_greedy_eagle_sample, step.verify_input, step.batch, step.logits_output)
+        finally:
+            seam.asd_verify = real
+        assert seen == [ngram]

@@ -35,7 +35,7 @@ def test_config_yaml_carries_asd_keys(tmp_path):
     cfg = tmp_path / "c.yaml"
     cfg.write_text("model-path: /some/model\nasd-default-budget: 3\nasd_gate: 0.1\nasd-standalone-draft-fix: true\n")
     settings, argv = ls.build_argv(["--config", str(cfg)])
-    assert (settings.default_budget, settings.rule.gate) == (3.0, 0.1)
+    assert (settings.default_budget, settings.config.gate) == (3.0, 0.1)
     assert argv[argv.index("--model-path") + 1] == "/some/model"
     assert settings.standalone_draft_fix
 

@@ -35,7 +35,7 @@ def test_admission_and_release_only_stage_rows():
     t.admit([3], [a], [8.0], [0.25], [2], [{2, 7}])
     assert t.num_active == 1 and t.owner_of(3) is a and t.has_staged
     assert all(torch.equal(x, y) for x, y in zip(before, _device_state(t))), "admission wrote a device row"
-    remaining, gate, cap, stops = t.begin_verify(torch.tensor([3, 0]))
+    remaining, gate, cap, stops, rule = t.begin_verify(torch.tensor([3, 0]))
     assert remaining.tolist() == [8.0, 0.0] and gate.tolist() == [0.25, 0.0] and cap.tolist() == [2, 0]
     assert stops.tolist() == [[2, 7, -1, -1], [-1, -1, -1, -1]] and not t.has_staged
     t.release([3])
@@ -142,3 +142,23 @@ def test_a_slot_lent_to_the_next_turn_is_readmitted_for_it(monkeypatch):
     assert table.begin_verify(rows)[0].tolist() == [4.0]
     chunk = _alloc(pool, [turn3])  # a later chunk of the same request: no new row
     assert chunk == [slot] and not table.has_staged
+
+
+def test_the_host_view_of_active_rules_follows_admission_and_release():
+    """What the verify step chooses its kernel from (no sync): the rules of the rows ASD decides."""
+    t = ASDLedgerTable(8, "cpu")
+    a, b, c = _ledger(8.0), _ledger(8.0), _ledger(8.0)
+    assert t.rules_active == frozenset()
+    t.admit([1, 2], [a, b], [8.0, 8.0], [0.25, 0.5], [2, 0], [set(), set()], rule=[0, 2])  # asd, margin (no cap)
+    assert t.rules_active == {"asd", "margin"} and t.num_active == 2
+    t.admit([3], [c], [8.0], [0.0], [2], [set()], rule=[3])  # threshold 0: strict, not an ASD row
+    assert t.rules_active == {"asd", "margin"} and t.num_active == 2
+    rows = t.begin_verify(torch.tensor([1, 2, 3]))
+    assert rows.rule.tolist() == [0, 2, 3] and rows.gate.tolist() == [0.25, 0.5, 0.0]
+    t.admit([2], [b], [8.0], [0.25], [0], [set()], rule=[0])  # asd with cap 0: strict
+    assert t.rules_active == {"asd"}
+    t.admit([2], [b], [8.0], [0.25], [2], [set()], rule=[1])  # re-admitted (a lent slot) as local
+    assert t.rules_active == {"asd", "local"}
+    t.release([1, 2])
+    assert t.rules_active == frozenset() and t.num_active == 0
+    assert t.begin_verify(torch.tensor([1, 2])).rule.tolist() == [0, 0], "released rows are zero rows"

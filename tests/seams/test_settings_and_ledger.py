@@ -9,7 +9,7 @@ REF = ASDConfig(gate=0.25, max_exceptions_per_block=2)
 
 def test_split_argv_takes_only_asd_flags():
     settings, rest = split_argv(["--model-path", "m", "--asd-default-budget", "8", "--asd-gate=0.1", "--port", "1"])
-    assert settings.default_budget == 8.0 and settings.rule.gate == 0.1
+    assert settings.default_budget == 8.0 and settings.config.gate == 0.1
     assert rest == ["--model-path", "m", "--port", "1"]
     assert not settings.standalone_draft_fix
     assert split_argv(["--asd-standalone-draft-fix"])[0].standalone_draft_fix
@@ -26,11 +26,11 @@ def test_settings_from_mapping_is_strict():
         ASDServerSettings.from_mapping({"gate": -1})
     with pytest.raises(ValueError, match="asd_max_exceptions_per_block must be an integer >= 0, got 1.5"):
         ASDServerSettings.from_mapping({"asd-max-exceptions-per-block": 1.5})
-    assert ASDServerSettings.from_mapping({"asd_gate": 0.5}).rule == ASDConfig(0.5, 2)
+    assert ASDServerSettings.from_mapping({"asd_gate": 0.5}).config == ASDConfig(0.5, 2)
 
 
 def test_request_defaults_and_overrides():
-    s = ASDServerSettings(default_budget=1.5, max_budget=8, rule=REF)
+    s = ASDServerSettings(default_budget=1.5, max_budget=8, config=REF)
     assert RequestASD.from_custom_params(None, s) == RequestASD(1.5, REF)
     assert RequestASD.from_custom_params({"asd_budget": 4, "asd_gate": 0.1}, s) == RequestASD(4.0, ASDConfig(0.1, 2))
     assert RequestASD.from_custom_params({"asd_max_exceptions_per_block": 0}, s).is_strict
