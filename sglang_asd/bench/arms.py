@@ -18,6 +18,16 @@ when it reads as one (an integer stays an integer: ``asd_max_exceptions_per_bloc
 string (``asd_rule=margin``). ``--budgets 0,2,8`` is shorthand for
 the arms ``strict``, ``b2``, ``b8``. The server validates the values; a bad one comes back as a
 400 naming the field, which the benchmark reports.
+
+``--rules`` is shorthand for arms of the acceptance rules (docs/CONTRACTS.md), each swept over
+its own knob: ``RULE=V1|V2,...`` (``rule_arms``)::
+
+    --rules 'asd=2|8|32,local=0.5|2,margin=0.5|2,threshold=0.25|1'   # asd2 asd8 ... threshold1
+    --rules asd,local,margin,threshold                               # the server's parameters
+
+The knob of asd and local is ``asd_budget`` (local: a per-block limit); of margin ``asd_margin``
+and of threshold ``asd_threshold``, which then send ``asd_budget=8`` as their opt-in (no ledger
+limits them). A bare rule sends ``asd_budget=8`` and the server's parameters.
 """
 
 from __future__ import annotations
@@ -127,15 +137,46 @@ def parse_arms(spec: str) -> list[Arm]:
     return arms
 
 
-def resolve_arms(budgets: Optional[str], arms: Optional[str], default_budgets: str) -> list[Arm]:
+RULE_KNOBS = {"asd": BUDGET_FIELD, "local": BUDGET_FIELD, "margin": "asd_margin", "threshold": "asd_threshold"}
+RULE_OPT_IN_BUDGET = 8.0  # the asd_budget of rule arms whose knob is not the budget
+
+
+def rule_arms(spec: str) -> list[Arm]:
+    """``"asd=2|8,margin=0.5"`` -> arms asd2, asd8, margin0.5 (see the module docstring)."""
+    out = []
+    for part in (p.strip() for p in spec.split(",")):
+        if not part:
+            continue
+        rule, eq, values = part.partition("=")
+        rule = rule.strip()
+        if rule not in RULE_KNOBS:
+            raise ValueError(f"--rules: a rule is one of {', '.join(RULE_KNOBS)}, got {rule!r}")
+        if not eq:
+            out.append(Arm(rule, {"asd_rule": rule, BUDGET_FIELD: RULE_OPT_IN_BUDGET}))
+            continue
+        for text in values.split("|"):
+            value = _value(rule, RULE_KNOBS[rule], text)
+            if isinstance(value, str) or value < 0:
+                raise ValueError(f"--rules: {rule} takes numbers >= 0 ({RULE_KNOBS[rule]}), got {text.strip()!r}")
+            fields = {"asd_rule": rule, BUDGET_FIELD: RULE_OPT_IN_BUDGET, RULE_KNOBS[rule]: float(value)}
+            out.append(Arm(f"{rule}{float(value):g}", fields))
+    if not out:
+        raise ValueError(f"--rules must name at least one rule, got {spec!r}")
+    return out
+
+
+def resolve_arms(budgets: Optional[str], arms: Optional[str], default_budgets: str,
+                 rules: Optional[str] = None) -> list[Arm]:
     """The measured arms of a run: ``strict`` first, then ``--budgets`` shorthand arms, then
-    ``--arms`` arms (``default_budgets`` when neither is given). Labels must be unique and two
-    labels may not name the same fields."""
+    ``--rules`` arms, then ``--arms`` arms (``default_budgets`` when none is given). Labels must
+    be unique and two labels may not name the same fields."""
     out = [STRICT_ARM]
-    if budgets is None and arms is None:
+    if budgets is None and arms is None and rules is None:
         budgets = default_budgets
     if budgets is not None:
         out += [Arm(budget_label(b), {BUDGET_FIELD: b}) for b in parse_budgets(budgets) if b != 0]
+    if rules is not None:
+        out += rule_arms(rules)
     if arms is not None:
         out += [a for a in parse_arms(arms) if not (a.is_strict and a.label == STRICT)]
     check_unique(out)

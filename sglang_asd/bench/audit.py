@@ -49,7 +49,7 @@ def text_hash(text: str) -> str:
 
 
 def measured_arms(args: argparse.Namespace) -> list[Arm]:
-    arms = resolve_arms(args.budgets, args.arms, DEFAULT_BUDGETS)
+    arms = resolve_arms(args.budgets, args.arms, DEFAULT_BUDGETS, rules=args.rules)
     if any(a.label == NOISE_ARM.label for a in arms):
         raise ValueError(f"arm label {NOISE_ARM.label!r} is reserved for --noise-floor")
     return arms + ([NOISE_ARM] if args.noise_floor else [])
@@ -176,6 +176,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--budgets", help=f"comma-separated asd_budget values, shorthand for arms (default "
                                      f"{DEFAULT_BUDGETS} when --arms is not given either); strict is always run")
     p.add_argument("--arms", help="'LABEL:FIELD=VALUE,...;LABEL:...', e.g. 'b8g05:asd_budget=8,asd_gate=0.5'")
+    p.add_argument("--rules", help="acceptance rules, each over its knob: 'asd=2|8,local=1,margin=0.5|2,threshold=0.5' "
+                                   "(asd, local: asd_budget; margin: asd_margin; threshold: asd_threshold)")
     p.add_argument("--tasks", help=f"comma-separated tasks (default {','.join(datasets.TASKS)}; --report-only: "
                                    "the run's)")
     p.add_argument("--limit", type=int, default=None, help="first N items per task (default: all shipped)")

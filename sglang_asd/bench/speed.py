@@ -76,7 +76,7 @@ def pass_record(arm: Arm, repeat: int, index: int, p: PassResult, expected_token
 
 def measured_arms(args: argparse.Namespace) -> list[Arm]:
     """strict, plain (when a plain server is given), then the budget and ``--arms`` arms."""
-    arms = resolve_arms(args.budgets, args.arms, DEFAULT_BUDGETS)
+    arms = resolve_arms(args.budgets, args.arms, DEFAULT_BUDGETS, rules=args.rules)
     if args.plain_url or args.plain_launch:
         arms.insert(1, PLAIN_ARM)
     return arms
@@ -208,6 +208,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--budgets", help=f"comma-separated asd_budget values, shorthand for arms (default "
                                      f"{DEFAULT_BUDGETS} when --arms is not given either)")
     p.add_argument("--arms", help="'LABEL:FIELD=VALUE,...;LABEL:...', e.g. 'b8g05:asd_budget=8,asd_gate=0.5'")
+    p.add_argument("--rules", help="acceptance rules, each over its knob: 'asd=2|8,local=1,margin=0.5|2,threshold=0.5' "
+                                   "(asd, local: asd_budget; margin: asd_margin; threshold: asd_threshold)")
     p.add_argument("--dataset", default="gsm8k,mtbench", help=f"prompt sources, subset of {','.join(datasets.TASKS)}")
     p.add_argument("--num-prompts", type=int, default=32)
     p.add_argument("--max-new-tokens", type=int, default=128)

@@ -58,3 +58,17 @@ def test_duplicate_labels_and_duplicate_fields_are_errors():
         arms.resolve_arms(None, "zero:asd_budget=0", "0")
     with pytest.raises(ValueError, match="budgets must be"):
         arms.resolve_arms("0,-1", None, "0")
+
+
+def test_rules_shorthand_sweeps_each_rule_over_its_knob():
+    got = arms.resolve_arms(None, None, "0,8", rules="asd=2|8, local=0.5, margin=1, threshold=0.25|1")
+    assert [a.label for a in got] == ["strict", "asd2", "asd8", "local0.5", "margin1", "threshold0.25", "threshold1"]
+    by = {a.label: dict(a.fields) for a in got}
+    assert by["asd8"] == {"asd_rule": "asd", "asd_budget": 8.0}
+    assert by["local0.5"] == {"asd_rule": "local", "asd_budget": 0.5}
+    assert by["margin1"] == {"asd_rule": "margin", "asd_budget": 8.0, "asd_margin": 1.0}
+    assert by["threshold1"] == {"asd_rule": "threshold", "asd_budget": 8.0, "asd_threshold": 1.0}
+    assert [a.label for a in arms.rule_arms("asd,margin")] == ["asd", "margin"]  # the server's parameters
+    for bad, message in (("fuzzy=1", "a rule is one of"), ("margin=x", "margin takes numbers"), (" , ", "at least one")):
+        with pytest.raises(ValueError, match=message):
+            arms.rule_arms(bad)
