@@ -169,18 +169,23 @@ def stop_on_sigterm() -> Iterator[None]:
         signal.signal(signal.SIGTERM, previous)
 
 
-def server_info(url: str) -> dict:
+def server_info(url: str, attempts: int = 4, timeout: float = 60.0) -> dict:
     """What the server says about itself (model, speculative settings), best effort:
-    ``/server_info`` (SGLang >= 0.5.23), else ``/get_server_info``; nested groups are searched."""
+    ``/server_info`` (SGLang >= 0.5.23), else ``/get_server_info``; nested groups are searched.
+    A busy server (a loaded CPU) can take long to answer: each route is tried ``attempts`` times
+    with ``timeout`` seconds each before giving up, since an empty answer fails a ``--resume``."""
     info = None
-    for path in ("/server_info", "/get_server_info"):
-        try:
-            r = requests.get(url + path, timeout=10)
-            if r.status_code == 200:
-                info = r.json()
-                break
-        except (requests.RequestException, ValueError):
-            continue
+    for _ in range(attempts):
+        for path in ("/server_info", "/get_server_info"):
+            try:
+                r = requests.get(url + path, timeout=timeout)
+                if r.status_code == 200:
+                    info = r.json()
+                    break
+            except (requests.RequestException, ValueError):
+                continue
+        if info is not None:
+            break
     if not isinstance(info, dict):
         return {}
     found: dict = {}
