@@ -35,7 +35,8 @@ from sglang_asd.bench.arms import Arm, resolve_arms
 from sglang_asd.bench.audit_report import BY_ARM_COLUMNS, write
 from sglang_asd.bench.client import GenRequest, served_model
 from sglang_asd.bench.runlog import RunLog, RunLogError, read_log
-from sglang_asd.bench.runner import preflight, run_pass
+from sglang_asd.bench.metrics import first_errors
+from sglang_asd.bench.runner import PassFailed, preflight, run_pass
 from sglang_asd.bench.server import add_server_args, identity, server_info, target_server
 
 LOG_NAME = "audit_items.jsonl"
@@ -126,8 +127,12 @@ def run(args: argparse.Namespace, arms: list[Arm], tasks: list[str], speed: Opti
                 rec = score_record(task, todo[i], result.to_dict(), args)
                 log.append({"kind": "item", "arm": arm.label, "fields": dict(arm.fields), **rec})
 
-            run_pass(url, reqs, args.concurrency, args.timeout, desc=f"{task} {arm.label}", on_result=on_result)
+            p = run_pass(url, reqs, args.concurrency, args.timeout, desc=f"{task} {arm.label}", on_result=on_result)
             write(build_result(log.header, log.records, arms, tasks, args.limit, args, speed, info), args.out, speed)
+            if failed := [r for r in p.results if not r.ok]:
+                # A server that dropped requests would fail the rest too: stop; --resume redoes the items.
+                raise PassFailed(f"{task} {arm.label}: {len(failed)} of {len(p.results)} requests failed "
+                                 f"({'; '.join(first_errors(failed, 2))}); rerun with --resume to redo them")
         return build_result(log.header, log.records, arms, tasks, args.limit, args, speed, info)
 
 
@@ -210,6 +215,9 @@ def main(argv: Optional[list[str]] = None) -> int:
             audit = run(args, arms, tasks, speed)
     except (ValueError, OSError) as e:
         raise SystemExit(f"error: {e}")
+    except PassFailed as e:
+        print(f"error: {e}; wrote what is complete to {args.out / 'audit.json'}", file=sys.stderr)
+        return 1
     write(audit, args.out, speed)
     print(report.markdown_table(audit["by_arm"], BY_ARM_COLUMNS))
     for w in audit["warnings"]:

@@ -16,6 +16,12 @@ import requests
 from sglang_asd.bench.client import GenRequest, GenResult, send
 
 
+class PassFailed(RuntimeError):
+    """A pass lost requests (a server crashed or timed out): the run stops at once, so that
+    ``--resume`` redoes the lost work on a healthy server instead of recording every later pass
+    as failed too."""
+
+
 @dataclasses.dataclass
 class PassResult:
     """One pass over a request list: results in order and the wall time of the whole pass."""

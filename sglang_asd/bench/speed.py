@@ -36,7 +36,7 @@ from sglang_asd.bench.arms import PLAIN, PLAIN_ARM, STRICT, Arm, resolve_arms
 from sglang_asd.bench.client import GenRequest, served_model
 from sglang_asd.bench.metrics import first_errors, result_metrics
 from sglang_asd.bench.runlog import RunLog, RunLogError, read_log
-from sglang_asd.bench.runner import PassResult, preflight, run_pass
+from sglang_asd.bench.runner import PassFailed, PassResult, preflight, run_pass
 from sglang_asd.bench.server import (add_plain_args, add_server_args, identity, plain_launch, server_info,
                                      target_servers)
 
@@ -119,7 +119,7 @@ def run(args: argparse.Namespace, arms: list[Arm]) -> dict:
                 run_pass(urls[server], reqs(by_label[PLAIN if server == "plain" else STRICT], 4), args.concurrency,
                          args.timeout, desc=f"warm-up ({server})")
         order = speed_summary.schedule(arms)
-        done = {(r["repeat"], r["index"]) for r in passes_of(log.records)}
+        done = {(r["repeat"], r["index"]) for r in passes_of(log.records) if not r["errors"]}
         todo = [(rep, i) for rep in range(args.repeats) for i in range(len(order)) if (rep, i) not in done]
         expected = len(prompts) * args.max_new_tokens
         from tqdm import tqdm
@@ -137,13 +137,21 @@ def run(args: argparse.Namespace, arms: list[Arm]) -> dict:
                 bar.set_postfix_str(f"{arm.label} {fmt_rate(p.tokens_per_s)}")
                 bar.update(1)
                 write(build_result(log.header, log.records, args.repeats, meta), args.out)
+                if p_errors := log.records[-1]["errors"]:
+                    # A server that dropped requests (crashed, timed out) would fail every later pass too:
+                    # stop here; --resume redoes this pass and the rest.
+                    raise PassFailed(f"repeat {repeat + 1} {arm.label}: {p_errors} of {len(prompts)} requests "
+                                     f"failed ({'; '.join(log.records[-1]['first_errors'][:2])}); "
+                                     f"rerun with --resume to redo this pass and the rest")
         result = build_result(log.header, log.records, args.repeats, meta)
     return result
 
 
 def passes_of(records: list[dict]) -> list[dict]:
-    """The pass records of a log (the others are the plan of each invocation)."""
-    return [r for r in records if r.get("kind") == "pass"]
+    """The pass records of a log (the others are the plan of each invocation); a pass redone by
+    ``--resume`` (it had failed requests) counts once, as its latest record."""
+    latest = {(r["repeat"], r["index"]): r for r in records if r.get("kind") == "pass"}
+    return list(latest.values())
 
 
 def planned_repeats(records: list[dict]) -> int:
@@ -170,7 +178,7 @@ def build_result(header: dict, records: list[dict], repeats: int, meta: Optional
         "kind": "asd-speed", "version": 2, "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         "config": {**{k: v for k, v in fp.items() if k not in ("prompts",)}, "num_prompts": len(fp["prompts"]),
                    "repeats": repeats, "log_created": header["created"]},
-        "complete": {"passes": len(passes), "planned": planned}, "server": meta.get("server", fp.get("server")),
+        "complete": {"passes": sum(not p["errors"] for p in passes), "planned": planned}, "server": meta.get("server", fp.get("server")),
         "plain_server": meta.get("plain_server", fp.get("plain_server")),
         "arms": rows, "passes": passes, "warnings": speed_summary.warnings_for(passes, rows),
     }
@@ -242,6 +250,9 @@ def main(argv: Optional[list[str]] = None) -> int:
             result = run(args, arms)
     except (ValueError, RunLogError) as e:
         raise SystemExit(f"error: {e}")
+    except PassFailed as e:
+        print(f"error: {e}; wrote what is complete to {args.out / 'speed.json'}", file=sys.stderr)
+        return 1
     write(result, args.out)
     print(report.markdown_table(result["arms"], COLUMNS))
     for w in result["warnings"]:

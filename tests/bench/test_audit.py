@@ -159,3 +159,27 @@ def test_an_arm_the_server_rejects_fails_before_anything_is_logged(fake_server_u
         audit.main(["--url", fake_server_url, "--budgets", "0", "--arms", "big:asd_budget=100", "--tasks", "mmlu",
                     "--limit", "2", "--out", str(tmp_path)])
     assert not (tmp_path / audit.LOG_NAME).exists()
+
+
+def test_an_arm_that_loses_requests_stops_the_audit_and_resume_redoes_them(fake_server_url, tmp_path, monkeypatch):
+    args = ["--url", fake_server_url, "--budgets", "0,8", "--tasks", "gsm8k", "--limit", "4",
+            "--concurrency", "2", "--out", str(tmp_path)]
+    real_run_pass = audit.run_pass
+
+    def crashing_run_pass(url, reqs, *a, on_result=None, **kw):
+        def lossy(i, result):
+            if i == 2:
+                result.ok, result.error = False, "ConnectionError: Remote end closed connection"
+            on_result(i, result)
+        p = real_run_pass(url, reqs, *a, on_result=lossy, **kw)
+        return p
+
+    monkeypatch.setattr(audit, "run_pass", crashing_run_pass)
+    assert audit.main(args) == 1
+    stopped = json.loads((tmp_path / "audit.json").read_text())
+    assert stopped["complete"]["items"] == 3 and stopped["complete"]["planned"] == 8   # b8 never started
+
+    monkeypatch.setattr(audit, "run_pass", real_run_pass)
+    assert audit.main(args + ["--resume"]) == 0
+    result = json.loads((tmp_path / "audit.json").read_text())
+    assert result["complete"]["items"] == 8 and result["complete"]["planned"] == 8

@@ -204,3 +204,33 @@ def test_an_arm_the_server_rejects_fails_before_anything_is_logged(fake_server_u
         speed.main(["--url", fake_server_url, "--budgets", "0", "--arms", "big:asd_budget=100", "--num-prompts", "2",
                     "--max-new-tokens", "4", "--repeats", "1", "--out", str(tmp_path)])
     assert not (tmp_path / speed.LOG_NAME).exists()     # a corrected run starts fresh, no --resume needed
+
+
+def test_a_pass_that_loses_requests_stops_the_run_and_resume_redoes_it(fake_server_url, tmp_path, monkeypatch):
+    """A server that dies mid-run (as a watchdog-killed scheduler does) must not leave passes of
+    connection errors marked done: the run exits 1 at the first lossy pass, the report counts only
+    clean passes, and --resume redoes the lost pass."""
+    args = ["--url", fake_server_url, "--budgets", "0,8", "--num-prompts", "3", "--max-new-tokens", "8",
+            "--concurrency", "3", "--repeats", "2", "--out", str(tmp_path)]
+    real_run_pass = speed.run_pass
+    calls = []
+
+    def crashing_run_pass(url, reqs, *a, **kw):
+        p = real_run_pass(url, reqs, *a, **kw)
+        calls.append(reqs[0].fields)
+        if len(calls) == 3:   # the warm-up is call 1: the second measured pass loses a request
+            p.results[1].ok, p.results[1].error = False, "ConnectionError: Remote end closed connection"
+        return p
+
+    monkeypatch.setattr(speed, "run_pass", crashing_run_pass)
+    assert speed.main(args) == 1
+    assert len(calls) == 3
+    stopped = json.loads((tmp_path / "speed.json").read_text())
+    assert stopped["complete"] == {"passes": 1, "planned": 6}   # strict, b8, strict per repeat
+
+    monkeypatch.setattr(speed, "run_pass", real_run_pass)
+    assert speed.main(args + ["--resume"]) == 0
+    result = json.loads((tmp_path / "speed.json").read_text())
+    assert result["complete"] == {"passes": 6, "planned": 6}
+    assert [p["errors"] for p in result["passes"]] == [0] * 6
+    assert len(result["passes"]) == 6   # the lossy pass counts once, as its redo
