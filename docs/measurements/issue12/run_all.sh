@@ -56,23 +56,24 @@ qwen_audit() {  # qwen_audit NAME BUDGETS LIMIT
         $(speed_json "$OUT/qwen_speed_c1/speed.json") $LONG --out "$OUT/qwen_audit"
 }
 # The embedded demo (SmolLM2 pair, as `make serve` runs it): plain vs strict vs budget 8
-smol_speed() {  # smol_speed CONCURRENCY
-    step "smol_speed_c$1" sglang_asd.bench.speed --launch='' --plain-launch='--model-path fixture:smollm2-135m' \
-        --budgets 0,8 --dataset gsm8k,mtbench --num-prompts 16 --max-new-tokens 128 --concurrency $1 --repeats 3 \
+smol_speed() {  # smol_speed CONCURRENCY REPEATS
+    step "smol_speed_c$1_r$2" sglang_asd.bench.speed --launch='' --plain-launch='--model-path fixture:smollm2-135m' \
+        --budgets 0,8 --dataset gsm8k,mtbench --num-prompts 16 --max-new-tokens 128 --concurrency $1 --repeats $2 \
         $LONG --out "$OUT/smol_speed_c$1"
 }
 
 # 1. The demo, one speed repeat (plain, strict, budgets 2/8/32 at gate 0.25, budget 8 at gate 0.5;
 # a request may lower the server's gate, never raise it: the server runs at --asd-gate 0.5 and
 # every arm states its gate), and a first audit.
-smol_speed 1
+smol_speed 1 1
 qwen_speed 1 1
 qwen_audit qwen_audit_l20 0,8 20
 qwen_speed 4 1
 # 2. Three speed repeats, then the audit at 50 and 100 items per task
 for r in 2 3; do qwen_speed 1 $r; qwen_speed 4 $r; done
 for limit in 50 100; do qwen_audit "qwen_audit_l$limit" 0,8 $limit; done
-smol_speed 4
+smol_speed 1 3
+smol_speed 4 3
 
 # 3. Issue 9: stock STANDALONE vs the draft-input fix, both pairs, strict and budget 8
 for pair in qwen smol; do
