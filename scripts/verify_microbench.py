@@ -7,10 +7,16 @@ a torch re-implementation of SGLang's greedy verify (argmax + tree walk): SGLang
 
     .venv/bin/python scripts/verify_microbench.py --out out/verify_bench.json          # reduced grid
     .venv/bin/python scripts/verify_microbench.py --grid full --out out/verify_full.json
+    .venv/bin/python scripts/verify_microbench.py --rules --out out/verify_rules.json      # + the rules' torch path
 
 Writes ``--out`` (JSON: environment + one record per case) and the same stem with ``.md``
 (a markdown table). Runs on CPU, and on CUDA too when available (``--devices``).
 Time per case: median over ``--repeats`` calls per arm, the arms interleaved.
+
+``--rules`` adds the torch verifier with a per-row rule (issue 13), in the seam's case (SGLang's
+argmax given): every row ``threshold`` (rule gathers, no extra pass), every row ``margin`` (plus
+one top-2 pass over the vocabulary) and a mix of all four rules, against the asd-only call. On
+CUDA these rows take the torch verifier instead of the fused kernel (``verify/dispatch.py``).
 """
 
 from __future__ import annotations
@@ -61,13 +67,33 @@ def run_strict(x):
                          target_predict=x.get("target_predict"))
 
 
-def time_arms(x, repeats: int, device: str):
+RULE_ARMS = {"threshold_post": ["threshold"], "margin_post": ["margin"],
+             "mixed_post": ["asd", "local", "margin", "threshold"]}
+
+
+def rule_inputs(given: dict, rules: list) -> dict:
+    """``given`` with each row under one of ``rules`` (cycled; rule ids as ``verify.rules.RULE_ID``)."""
+    from sglang_asd.verify.rules import RULE_ID
+
+    bs = given["candidates"].shape[0]
+    rule = torch.tensor([RULE_ID[rules[b % len(rules)]] for b in range(bs)], dtype=torch.int32,
+                        device=given["candidates"].device)
+    return dict(given, rule=rule, rules_present=frozenset(rules))
+
+
+def time_arms(x, repeats: int, device: str, rules: bool = False):
     """Median and min seconds per call of each arm: full verify, and the part after the argmax
-    (both arms given ``target_predict``: the O(bs * W) decision work alone)."""
+    (both arms given ``target_predict``: the O(bs * W) decision work alone); with ``rules``, the
+    rule arms (``RULE_ARMS``, after the argmax too)."""
     sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
     given = dict(x, target_predict=x["logits"].argmax(-1).view(x["candidates"].shape))
     arms = {"asd": run_asd, "strict": run_strict,
             "asd_post": lambda _: run_asd(given), "strict_post": lambda _: run_strict(given)}
+    if rules:
+        from sglang_asd.verify.torch_verify import asd_verify as torch_verify
+
+        for name, names in RULE_ARMS.items():
+            arms[name] = lambda _, y=rule_inputs(given, names): torch_verify(**y)
     times = {name: [] for name in arms}
     for _ in range(3):  # warm-up
         for fn in arms.values():
@@ -91,6 +117,7 @@ def main():
     parser.add_argument("--repeats", type=int, default=15)
     parser.add_argument("--threads", type=int, default=2, help="torch CPU threads")
     parser.add_argument("--devices", default="auto", help="comma list of cpu,cuda; auto = cpu (+ cuda if present)")
+    parser.add_argument("--rules", action="store_true", help="also time the torch verifier with per-row rules")
     args = parser.parse_args()
 
     torch.set_num_threads(args.threads)
@@ -99,7 +126,7 @@ def main():
     records = []
     for device, V, (bs, W), shape in itertools.product(devices, grid["V"], grid["bs_w"], args.shapes.split(",")):
         x = make_inputs(bs, W, V, shape, device)
-        med, best = time_arms(x, args.repeats, device)
+        med, best = time_arms(x, args.repeats, device, rules=args.rules)
         asd_tokens = int((run_asd(x).num_correct_drafts + 1).sum())
         strict_tokens = int((run_strict(x)[2] + 1).sum())
         rec = dict(device=device, shape=shape, bs=bs, W=W, K=x["depth"], V=V,
@@ -110,6 +137,9 @@ def main():
                    strict_tokens=strict_tokens, asd_tokens=asd_tokens,
                    strict_us_per_token=med["strict"] * 1e6 / strict_tokens,
                    asd_us_per_token=med["asd"] * 1e6 / asd_tokens)
+        for name in RULE_ARMS if args.rules else ():
+            rec[f"{name}_us"] = med[name] * 1e6
+            rec[f"{name}_vs_asd_post"] = med[name] / med["asd_post"]
         records.append(rec)
         print(f"{device:4} {shape:5} bs={bs:<3} W={W:<3} V={V:<6} strict {rec['strict_us']:9.0f} us  "
               f"asd {rec['asd_us']:9.0f} us  ratio {rec['ratio']:.3f} (min: {rec['ratio_min']:.3f})", flush=True)
@@ -139,13 +169,23 @@ def markdown(env, records) -> str:
         "| strict us/tok | ASD us/tok | strict post-argmax us | ASD post-argmax us |",
         "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
+    rule_lines = []
+    if "margin_post_us" in records[0]:
+        rule_lines = ["", "Rules (issue 13; argmax given, the seam's case): the torch verifier with a per-row rule, "
+                      "us and ratio to the asd-only post-argmax call.", "",
+                      "| device | shape | bs | W | V | asd post us | threshold us | margin us | mixed us | "
+                      "threshold/asd | margin/asd | mixed/asd |", "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+        rule_lines += [f"| {r['device']} | {r['shape']} | {r['bs']} | {r['W']} | {r['V']} | {r['asd_post_argmax_us']:.0f} | "
+                       f"{r['threshold_post_us']:.0f} | {r['margin_post_us']:.0f} | {r['mixed_post_us']:.0f} | "
+                       f"{r['threshold_post_vs_asd_post']:.2f} | {r['margin_post_vs_asd_post']:.2f} | "
+                       f"{r['mixed_post_vs_asd_post']:.2f} |" for r in records]
     for r in records:
         lines.append(
             f"| {r['device']} | {r['shape']} | {r['bs']} | {r['W']} | {r['K']} | {r['V']} | {r['strict_us']:.0f} | "
             f"{r['asd_us']:.0f} | {r['ratio']:.3f} | {r['ratio_min']:.3f} | {r['strict_us_per_token']:.1f} | "
             f"{r['asd_us_per_token']:.1f} | {r['strict_post_argmax_us']:.0f} | {r['asd_post_argmax_us']:.0f} |"
         )
-    return "\n".join(lines) + "\n"
+    return "\n".join(lines + rule_lines) + "\n"
 
 
 if __name__ == "__main__":

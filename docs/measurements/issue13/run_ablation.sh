@@ -1,0 +1,87 @@
+#!/usr/bin/env bash
+# Issue 13: the seed's ablation on the Qwen2.5-Coder 1.5B + 0.5B pair (STANDALONE, CPU). Every
+# acceptance rule (asd, local, margin, threshold) over its own knob, measured on the same prompts,
+# server and machine state:
+#   1. pilot: GSM8K, first 20 items, a wide grid per rule (picks settings that cover one range of
+#      spent regret; its items are reused by step 2 for the arms it keeps);
+#   2. audit: GSM8K, first 100 items, chat route, natural stop (cap 384), strict run twice;
+#   3. speed at fixed work on GSM8K prompts (after issue 12's chain: one speed run at a time);
+#   4. the table and plot (ablation.py).
+#
+# Resumable: every step passes --resume and leaves STEP.done; after a stop run the script again:
+#   nohup bash docs/measurements/issue13/run_ablation.sh > $OUT/run_ablation.out 2>&1 &
+# Run it from a frozen worktree so edits in the main tree cannot change a running server:
+#   git worktree add /work/meas13 <commit>; cd /work/meas13; REPO=/work/meas13 OUT=/work/main/out/meas13 bash ...
+# SMOKE=1: the same steps on the SmolLM2 demo pair at toy sizes (checks the script end to end).
+# RULES: the arms of steps 2 and 3 (default: chosen from the pilot, see docs/BENCHMARKS.md).
+set -uo pipefail
+
+REPO=${REPO:-$(cd "$(dirname "$0")/../../.." && pwd)}
+OUT=${OUT:-$REPO/out/meas13}
+PY=${PY:-/work/main/.venv/bin/python}
+export PYTHONPATH=$REPO TQDM_MININTERVAL=60
+cd "$REPO" || exit 2
+mkdir -p "$OUT"
+
+# Requests may ask for margins and thresholds up to 8 nats (the server's ceilings); asd and local
+# use the server's gate 0.25 and cap 2. One Qwen server beside issue 12's: a smaller KV pool (8192
+# tokens hold 8 requests x (prompt + 384)); neither changes what is decoded.
+RULE_CEILINGS="--asd-margin 8 --asd-threshold 8 --asd-max-budget 64"
+if [ "${SMOKE:-0}" = 1 ]; then
+    SERVER="$RULE_CEILINGS"  # the SmolLM2 demo pair (launch_server's defaults)
+    PILOT_RULES='asd=2|8,local=1,margin=0.5,threshold=0.5'
+    RULES=${RULES:-'asd=8,local=1,margin=0.5,threshold=0.5'}
+    PILOT_LIMIT=2; LIMIT=3; CAP=64; SPEED="--num-prompts 2 --max-new-tokens 16"; MIN_GB=3
+else
+    SERVER="--model-path fixture:qwen2.5-coder-1.5b --speculative-algorithm STANDALONE \
+--speculative-draft-model-path fixture:qwen2.5-coder-0.5b --speculative-num-steps 4 --speculative-eagle-topk 1 \
+--speculative-num-draft-tokens 5 --asd-standalone-draft-fix --mem-fraction-static 0.8 --max-total-tokens 8192 \
+$RULE_CEILINGS"
+    PILOT_RULES='asd=1|2|4|8,local=0.25|0.5|1|2,margin=0.125|0.25|0.5|1|2,threshold=0.125|0.25|0.5|1|2'
+    RULES=${RULES:-'asd=1|2|8,local=0.25|0.5|2,margin=0.25|0.5|1,threshold=0.125|0.25|0.5'}
+    PILOT_LIMIT=20; LIMIT=100; CAP=384; SPEED="--num-prompts 16 --max-new-tokens 128"; MIN_GB=9
+fi
+LONG="--timeout 3600 --launch-timeout 1800 --resume"
+
+LOG_NAME=run_ablation.log
+source "$REPO/docs/measurements/steps.sh"
+
+# A Qwen server holds ~7 GB: start one only when that much memory is free beside everything else.
+wait_for_memory() {
+    local need_kb=$(( $1 * 1024 * 1024 ))
+    while [ "$(awk '/MemAvailable/ {print $2}' /proc/meminfo)" -lt "$need_kb" ]; do
+        log "waiting for $1 GB of available memory ($(awk '/MemAvailable/ {printf "%.1f", $2/1048576}' /proc/meminfo) GB now)"
+        sleep 300
+    done
+}
+
+# Speed runs one at a time on this machine: wait for issue 12's chain (its run_all.sh) to end.
+wait_for_issue12() {
+    [ "${SMOKE:-0}" = 1 ] && return 0
+    while pgrep -f "issue12/run_all.sh" >/dev/null; do
+        log "waiting for issue 12's run_all.sh to finish before the speed step"
+        sleep 600
+    done
+}
+
+log "run_ablation.sh at $(git -C "$REPO" rev-parse --short HEAD) -> $OUT (SMOKE=${SMOKE:-0}, RULES=$RULES)"
+audit() {  # audit NAME ARGS...: GSM8K at natural stop on the chat route, one server for every arm
+    local name=$1; shift
+    step "$name" sglang_asd.bench.audit --launch="$SERVER" --tasks gsm8k --api chat --max-new-tokens $CAP \
+        --concurrency 8 "$@" $LONG --out "$OUT/audit"
+}
+
+wait_for_memory $MIN_GB
+audit pilot --rules "$PILOT_RULES" --limit $PILOT_LIMIT
+audit audit --rules "$RULES" --limit $LIMIT --noise-floor
+
+wait_for_issue12
+wait_for_memory $MIN_GB
+for r in 1 2; do
+    step "speed_r$r" sglang_asd.bench.speed --launch="$SERVER" --rules "$RULES" --dataset gsm8k $SPEED \
+        --concurrency 1 --repeats $r $LONG --out "$OUT/speed"
+done
+
+"$PY" docs/measurements/issue13/ablation.py --audit "$OUT/audit/audit.json" --speed "$OUT/speed/speed.json" \
+    --out "$OUT/report" >>"$OUT/report.log" 2>&1 && log "report: $OUT/report/ablation.md"
+log "run_ablation.sh finished"
