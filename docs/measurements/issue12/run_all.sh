@@ -67,6 +67,15 @@ smol_speed() {  # smol_speed CONCURRENCY REPEATS
 # every arm states its gate), and a first audit.
 smol_speed 1 1
 qwen_speed 1 1
+# Issue 9: stock STANDALONE vs the draft-input fix, both pairs, strict and budget 8 (short)
+for pair in smol qwen; do
+    if [ $pair = qwen ]; then ARGS=$QWEN; else ARGS=$SMOL; fi
+    step "standalone_${pair}_stock" sglang_asd.bench.speed --launch="$ARGS" --budgets 0,8 --num-prompts 8 \
+        --max-new-tokens 64 --concurrency 1 --repeats 2 $LONG --out "$OUT/standalone_fix/${pair}_stock"
+    step "standalone_${pair}_fixed" sglang_asd.bench.speed --launch="$ARGS $FIX" --budgets 0,8 --num-prompts 8 \
+        --max-new-tokens 64 --concurrency 1 --repeats 2 $LONG --out "$OUT/standalone_fix/${pair}_fixed"
+done
+
 qwen_audit qwen_audit_l20 0,8 20
 qwen_speed 4 1
 # 2. Three speed repeats, then the audit at 50 and 100 items per task
@@ -75,16 +84,7 @@ for limit in 50 100; do qwen_audit "qwen_audit_l$limit" 0,8 $limit; done
 smol_speed 1 3
 smol_speed 4 3
 
-# 3. Issue 9: stock STANDALONE vs the draft-input fix, both pairs, strict and budget 8
-for pair in qwen smol; do
-    if [ $pair = qwen ]; then ARGS=$QWEN; else ARGS=$SMOL; fi
-    step "standalone_${pair}_stock" sglang_asd.bench.speed --launch="$ARGS" --budgets 0,8 --num-prompts 8 \
-        --max-new-tokens 64 --concurrency 1 --repeats 2 $LONG --out "$OUT/standalone_fix/${pair}_stock"
-    step "standalone_${pair}_fixed" sglang_asd.bench.speed --launch="$ARGS $FIX" --budgets 0,8 --num-prompts 8 \
-        --max-new-tokens 64 --concurrency 1 --repeats 2 $LONG --out "$OUT/standalone_fix/${pair}_fixed"
-done
-
-# 4. If time allows: the audit's budget-32 arm on the same items
+# 3. If time allows: the audit's budget-32 arm on the same items
 qwen_audit qwen_audit_b32 0,8,32 100
 
 log "run_all.sh finished"
