@@ -46,9 +46,10 @@ How: the draft KV at position p holds x_p, exactly like the target's, so a radix
 Cost: one extra one-token draft forward per round (eager; outside the draft CUDA graph), and the
 draft-extend logits go unused. No KV allocation changes, no host sync.
 
-Upstream: none yet; the same convention belongs in ``StandaloneDraftWorker`` itself (a draft-extend
-window one slot wider would save the root forward but needs one more KV slot per request and
-round, and one at prefill).
+Upstream: ``patches/sglang-0.5.23/0003-standalone-draft-kv-holds-its-own-tokens.patch`` is this
+fix inside SGLang (tested on stock SGLang: tests/integration/test_standalone_patch.py); a
+draft-extend window one slot wider would save the root forward but needs one more KV slot per
+request and round, and one at prefill.
 Removal: when SGLang's STANDALONE flow keeps the draft's KV unshifted (check with
 ``tests/integration/test_standalone_self_draft.py``: a draft equal to the target accepts every token).
 Tested on: sglang 0.5.23, CPU (intel_amx + sglang_asd.cpu_backend), page size 1, topk 1 and 2,

@@ -10,10 +10,16 @@ import pytest
 PATCH_DIR = Path(__file__).resolve().parents[2] / "patches" / "sglang-0.5.23"
 
 
-def _sglang_root() -> Path:
+def sglang_root() -> Path:
     spec = importlib.util.find_spec("sglang")
     assert spec is not None and spec.origin, "sglang must be installed (make test sets it up)"
     return Path(spec.origin).parent
+
+
+def patched_files(patch: Path) -> list[str]:
+    """Paths (under python/sglang/) that ``patch`` changes or creates."""
+    return [line.split()[1][len("b/python/sglang/"):] for line in patch.read_text().splitlines()
+            if line.startswith("+++ ")]
 
 
 @pytest.mark.parametrize("patch", sorted(PATCH_DIR.glob("*.patch")), ids=lambda p: p.name)
@@ -21,14 +27,14 @@ def test_patch_applies_to_installed_release(patch, tmp_path):
     import sglang
 
     assert sglang.__version__ == "0.5.23"
-    root = _sglang_root()
-    files = [line.split()[1][len("b/python/sglang/"):] for line in patch.read_text().splitlines()
-             if line.startswith("+++ ")]
+    root = sglang_root()
+    files = patched_files(patch)
     assert files
     for rel in files:
         dst = tmp_path / "python" / "sglang" / rel
         dst.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copy(root / rel, dst)
+        if (root / rel).exists():  # else the patch creates it
+            shutil.copy(root / rel, dst)
     result = subprocess.run(["patch", "-p1", "--dry-run", "-i", str(patch)], cwd=tmp_path,
                             capture_output=True, text=True)
     assert result.returncode == 0, result.stdout + result.stderr
