@@ -188,3 +188,26 @@ def test_ngram_rows_gate_on_their_tree_depth(step):
         finally:
             seam.asd_verify = real
         assert seen == [ngram]
+
+
+def test_a_renamed_sglang_parameter_stops_the_start():
+    """The seam binds SGLang's arguments by name: SGLang 0.5.23's functions pass the start-up
+    check, and the same verify function with one parameter renamed (as an upstream refactor
+    might do) is refused, naming it, instead of being misbound silently."""
+    import inspect
+
+    from sglang_asd.sglang_seams import _resolve
+
+    real_sample, real_verify = _resolve(seam.EAGLE_SAMPLE), _resolve(seam.VERIFY_TREE_GREEDY)
+    seam.check_signatures(real_sample, real_verify)
+
+    sig = inspect.signature(real_verify)
+    assert "candidates" in sig.parameters
+    params = [p.replace(name="draft_tokens") if p.name == "candidates" else p for p in sig.parameters.values()]
+
+    def renamed(*args, **kwargs):
+        raise AssertionError("never called")
+
+    renamed.__signature__ = sig.replace(parameters=params)
+    with pytest.raises(seam.SeamSignatureMismatch, match=r"no longer takes \['candidates'\]"):
+        seam.check_signatures(real_sample, renamed)
