@@ -18,10 +18,15 @@ its rule admits it; every rule accepts exact tokens for free and stops at the fi
 - ``margin`` (MARS-style, arXiv 2601.15498): the draft token is the target's runner-up (the
   largest logit among the tokens other than the argmax) and the target's top-2 logit margin
   ``z_(1) - z_(2)`` is at most ``margin`` nats. For the runner-up r_i IS that margin, so the test
-  is ``r_i <= margin`` on runner-up tokens. No ledger, no cap. Our reading of the paper's abstract
-  and third-party summaries ("relaxes rejection of plausible runner-up tokens when the target's
-  logit margin between its top candidates is small"): the paper's method text was not available
-  to check the exact form of its threshold against.
+  is ``r_i <= margin`` on runner-up tokens. No ledger, no cap. What MARS does (checked in the
+  authors' code, github.com/5SSjw/MARS, ``mars/model/utils.py``, ``evaluate_posterior``): when the
+  ratio of the raw top-2 logits ``z_(2) / z_(1)`` exceeds ``relaxation_threshold`` (0.9 by
+  default), a draft token in the target's top 2 is accepted, else rejection sampling as usual; its
+  greedy branch stays strict. We keep the top-2 test and replace the raw-logit ratio by the
+  difference, which is ``log(p_(1) / p_(2))`` and so does not depend on the logits' arbitrary
+  offset (a ratio of raw logits does, and has no meaning when ``z_(1) <= 0``). For ``z_(1) > 0``
+  MARS's test is ``z_(1) - z_(2) < (1 - threshold) * z_(1)``: threshold 0.9 at ``z_(1) = 20`` is a
+  margin of 2 nats.
 - ``threshold`` (Fuzzy SD-style, arXiv 2502.20704, target-only): ``r_i <= threshold``. FSD
   thresholds a divergence between the draft's and the target's distributions; SGLang's greedy
   verify has no draft distribution, so the target-only analogue thresholds the draft token's
