@@ -12,12 +12,8 @@
 # A tool's report of a step that is still running:  python -m sglang_asd.bench.speed --report-only --out DIR
 set -uo pipefail
 
-REPO=${REPO:-$(cd "$(dirname "$0")/../../.." && pwd)}
-OUT=${OUT:-$REPO/out/meas}
-PY=${PY:-/work/main/.venv/bin/python}
-export PYTHONPATH=$REPO TQDM_MININTERVAL=60
-cd "$REPO" || exit 2
-mkdir -p "$OUT"
+source "$(dirname "$0")/../steps.sh"
+chain_setup meas run_all.log
 
 # Two Qwen servers (speculative + plain) must fit beside other work: SGLang's CPU memory check needs a
 # larger static fraction than the launcher's default 0.3 once one is loaded, and a smaller KV pool
@@ -32,8 +28,6 @@ SMOL="--model-path fixture:smollm2-135m --speculative-algorithm STANDALONE \
 FIX="--asd-standalone-draft-fix"
 LONG="--timeout 3600 --launch-timeout 1800 --resume"   # a shared 2-core machine can be very slow
 
-LOG_NAME=run_all.log
-source "$REPO/docs/measurements/steps.sh"
 
 speed_json() { [ -f "$1" ] && echo "--speed-json $1"; }
 

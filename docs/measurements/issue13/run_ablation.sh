@@ -16,12 +16,8 @@
 # RULES: the arms of steps 2 and 3 (default: chosen from the pilot, see docs/BENCHMARKS.md).
 set -uo pipefail
 
-REPO=${REPO:-$(cd "$(dirname "$0")/../../.." && pwd)}
-OUT=${OUT:-$REPO/out/meas13}
-PY=${PY:-/work/main/.venv/bin/python}
-export PYTHONPATH=$REPO TQDM_MININTERVAL=60
-cd "$REPO" || exit 2
-mkdir -p "$OUT"
+source "$(dirname "$0")/../steps.sh"
+chain_setup meas13 run_ablation.log
 
 # Requests may ask for margins and thresholds up to 8 nats (the server's ceilings); asd and local
 # use the server's gate 0.25 and cap 2. One Qwen server beside issue 12's: a smaller KV pool (8192
@@ -43,8 +39,6 @@ $RULE_CEILINGS"
 fi
 LONG="--timeout 3600 --launch-timeout 1800 --resume"
 
-LOG_NAME=run_ablation.log
-source "$REPO/docs/measurements/steps.sh"
 
 # A Qwen server holds ~7 GB: start one only when that much memory is free beside everything else.
 wait_for_memory() {
