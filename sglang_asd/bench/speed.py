@@ -133,15 +133,16 @@ def run(args: argparse.Namespace, arms: list[Arm]) -> dict:
                              desc=f"repeat {repeat + 1} {arm.label}")
                 cpu_after = targets.cpu_seconds(arm.server)
                 cpu = None if cpu_before is None or cpu_after is None else cpu_after - cpu_before
-                log.append(pass_record(arm, repeat, index, p, expected, cpu))
+                record = pass_record(arm, repeat, index, p, expected, cpu)
+                log.append(record)
                 bar.set_postfix_str(f"{arm.label} {fmt_rate(p.tokens_per_s)}")
                 bar.update(1)
                 write(build_result(log.header, log.records, args.repeats, meta), args.out)
-                if p_errors := log.records[-1]["errors"]:
+                if record["errors"]:
                     # A server that dropped requests (crashed, timed out) would fail every later pass too:
                     # stop here; --resume redoes this pass and the rest.
-                    raise PassFailed(f"repeat {repeat + 1} {arm.label}: {p_errors} of {len(prompts)} requests "
-                                     f"failed ({'; '.join(log.records[-1]['first_errors'][:2])}); "
+                    raise PassFailed(f"repeat {repeat + 1} {arm.label}: {record['errors']} of {len(prompts)} "
+                                     f"requests failed ({'; '.join(record['first_errors'][:2])}); "
                                      f"rerun with --resume to redo this pass and the rest")
         result = build_result(log.header, log.records, args.repeats, meta)
     return result
@@ -178,7 +179,8 @@ def build_result(header: dict, records: list[dict], repeats: int, meta: Optional
         "kind": "asd-speed", "version": 2, "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         "config": {**{k: v for k, v in fp.items() if k not in ("prompts",)}, "num_prompts": len(fp["prompts"]),
                    "repeats": repeats, "log_created": header["created"]},
-        "complete": {"passes": sum(not p["errors"] for p in passes), "planned": planned}, "server": meta.get("server", fp.get("server")),
+        "complete": {"passes": sum(not p["errors"] for p in passes), "planned": planned},
+        "server": meta.get("server", fp.get("server")),
         "plain_server": meta.get("plain_server", fp.get("plain_server")),
         "arms": rows, "passes": passes, "warnings": speed_summary.warnings_for(passes, rows),
     }

@@ -171,8 +171,7 @@ def test_an_arm_that_loses_requests_stops_the_audit_and_resume_redoes_them(fake_
             if i == 2:
                 result.ok, result.error = False, "ConnectionError: Remote end closed connection"
             on_result(i, result)
-        p = real_run_pass(url, reqs, *a, on_result=lossy, **kw)
-        return p
+        return real_run_pass(url, reqs, *a, on_result=lossy, **kw)
 
     monkeypatch.setattr(audit, "run_pass", crashing_run_pass)
     assert audit.main(args) == 1
