@@ -2,7 +2,7 @@
 # Issue 13: the seed's ablation on the Qwen2.5-Coder 1.5B + 0.5B pair (STANDALONE, CPU). Every
 # acceptance rule (asd, local, margin, threshold) over its own knob, measured on the same prompts,
 # server and machine state:
-#   1. pilot: GSM8K, first 20 items, a wide grid per rule (picks settings that cover one range of
+#   1. pilot: GSM8K, first 10 items, a grid of 2-3 settings per rule (picks settings that cover one range of
 #      spent regret; its items are reused by step 2 for the arms it keeps);
 #   2. audit: GSM8K, first 100 items, chat route, natural stop (cap 384), strict run twice;
 #   3. speed at fixed work on GSM8K prompts (after issue 12's chain: one speed run at a time);
@@ -13,7 +13,9 @@
 # Run it from a frozen worktree so edits in the main tree cannot change a running server:
 #   git worktree add /work/meas13 <commit>; cd /work/meas13; REPO=/work/meas13 OUT=/work/main/out/meas13 bash ...
 # SMOKE=1: the same steps on the SmolLM2 demo pair at toy sizes (checks the script end to end).
-# RULES: the arms of steps 2 and 3 (default: chosen from the pilot, see docs/BENCHMARKS.md).
+# RULES: the arms of steps 2 and 3 (default: chosen from the pilot, see docs/BENCHMARKS.md);
+# PILOT_RULES, PILOT_LIMIT, LIMIT override the pilot's grid and the two audits' sizes (a session
+# grows LIMIT run by run: --resume keeps every item already decoded).
 set -uo pipefail
 
 source "$(dirname "$0")/../steps.sh"
@@ -33,9 +35,9 @@ else
 --speculative-draft-model-path fixture:qwen2.5-coder-0.5b --speculative-num-steps 4 --speculative-eagle-topk 1 \
 --speculative-num-draft-tokens 5 --asd-standalone-draft-fix --mem-fraction-static 0.8 --max-total-tokens 8192 \
 $RULE_CEILINGS"
-    PILOT_RULES='asd=1|2|4|8,local=0.25|0.5|1|2,margin=0.125|0.25|0.5|1|2,threshold=0.125|0.25|0.5|1|2'
-    RULES=${RULES:-'asd=1|2|8,local=0.25|0.5|2,margin=0.25|0.5|1,threshold=0.125|0.25|0.5'}
-    PILOT_LIMIT=20; LIMIT=100; CAP=384; SPEED="--num-prompts 16 --max-new-tokens 128"; MIN_GB=9
+    PILOT_RULES=${PILOT_RULES:-'asd=2|8,local=0.25|0.5|1,margin=0.25|0.5|1,threshold=0.125|0.25|0.5'}
+    RULES=${RULES:-'asd=2|8,local=0.5|1,margin=0.5|1,threshold=0.25|0.5'}
+    PILOT_LIMIT=${PILOT_LIMIT:-10}; LIMIT=${LIMIT:-100}; CAP=384; SPEED="--num-prompts 16 --max-new-tokens 128"; MIN_GB=9
 fi
 LONG="--timeout 3600 --launch-timeout 1800 --resume"
 
