@@ -15,7 +15,8 @@
 # SMOKE=1: the same steps on the SmolLM2 demo pair at toy sizes (checks the script end to end).
 # RULES: the arms of steps 2 and 3 (default: chosen from the pilot, see docs/BENCHMARKS.md);
 # PILOT_RULES, PILOT_LIMIT, LIMIT override the pilot's grid and the two audits' sizes (a session
-# grows LIMIT run by run: --resume keeps every item already decoded).
+# grows LIMIT run by run: --resume keeps every item already decoded); SPEED and SPEED_REPEATS the
+# speed step's work and repeats (repeats are added one at a time, so a stop keeps complete ones).
 set -uo pipefail
 
 source "$(dirname "$0")/../steps.sh"
@@ -35,9 +36,10 @@ else
 --speculative-draft-model-path fixture:qwen2.5-coder-0.5b --speculative-num-steps 4 --speculative-eagle-topk 1 \
 --speculative-num-draft-tokens 5 --asd-standalone-draft-fix --mem-fraction-static 0.8 --max-total-tokens 8192 \
 $RULE_CEILINGS"
-    PILOT_RULES=${PILOT_RULES:-'asd=2|8,local=0.25|0.5|1,margin=0.25|0.5|1,threshold=0.125|0.25|0.5'}
-    RULES=${RULES:-'asd=2|8,local=0.5|1,margin=0.5|1,threshold=0.25|0.5'}
-    PILOT_LIMIT=${PILOT_LIMIT:-10}; LIMIT=${LIMIT:-100}; CAP=384; SPEED="--num-prompts 16 --max-new-tokens 128"; MIN_GB=9
+    PILOT_RULES=${PILOT_RULES:-'asd=1|2|8,local=0.25|1,margin=0.25|1,threshold=0.125|0.5'}
+    RULES=${RULES:-$PILOT_RULES}
+    PILOT_LIMIT=${PILOT_LIMIT:-10}; LIMIT=${LIMIT:-100}; CAP=384; MIN_GB=9
+    SPEED=${SPEED:-"--num-prompts 16 --max-new-tokens 128"}
 fi
 LONG="--timeout 3600 --launch-timeout 1800 --resume"
 
@@ -73,7 +75,7 @@ audit audit --rules "$RULES" --limit $LIMIT --noise-floor
 
 wait_for_issue12
 wait_for_memory $MIN_GB
-for r in 1 2; do
+for r in $(seq 1 "${SPEED_REPEATS:-2}"); do
     step "speed_r$r" sglang_asd.bench.speed --launch="$SERVER" --rules "$RULES" --dataset gsm8k $SPEED \
         --concurrency 1 --repeats $r $LONG --out "$OUT/speed"
 done
