@@ -7,9 +7,10 @@ Per rule and setting (an arm sends ``asd_rule`` and the rule's knob, ``sglang_as
 accept length, tokens/s against strict with its interval and the CPU-normalised ratio (speed run, fixed
 work), spent regret per request, divergence from strict and the GSM8K accuracy change with its paired
 95% interval (audit run, natural stop). Writes ``ablation.md``, ``ablation.json`` and
-``frontier_rules.png`` (left: x = speed-up, y = accuracy change, one curve per rule; right: x = spent
-regret per request, y = accuracy change). Without a speed run the left panel's x is the accept length
-relative to strict's, and says so.
+``frontier_rules.png``, one curve per rule in three panels: x = speed-up, y = accuracy change; x = spent
+regret per request, y = accuracy change; x = spent regret per request, y = accept length relative to
+strict's (what a nat of regret buys under each rule: item means, far less noisy than accuracy at small
+n). Without a speed run the first panel's x is the accept length relative to strict's, and says so.
 """
 
 from __future__ import annotations
@@ -103,9 +104,17 @@ def plot(rows: list[dict], out_png: Path, have_speed: bool) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, (left, right) = plt.subplots(1, 2, figsize=(12.0, 4.8), dpi=120)
+    fig, (left, right, bought) = plt.subplots(1, 3, figsize=(17.0, 4.8), dpi=120)
     xkey = "speedup" if have_speed else "accept_ratio"
     for rule in RULES:
+        line = sorted((r for r in rows if r["rule"] == rule and r["spent"] is not None and r["accept_ratio"]),
+                      key=lambda r: r["spent"])
+        if line:  # strict spends nothing and is the accept-length reference: every curve starts at (0, 1)
+            bought.plot([0.0] + [r["spent"] for r in line], [1.0] + [r["accept_ratio"] for r in line], "-o",
+                        color=COLORS[rule], ms=5, lw=1.2, label=rule)
+            for r in line:
+                bought.annotate(f"{r['value']:g}", (r["spent"], r["accept_ratio"]), textcoords="offset points",
+                                xytext=(4, 4), fontsize=7, color=COLORS[rule])
         pts = [r for r in rows if r["rule"] == rule and r["acc_delta"] is not None]
         for ax, key in ((left, xkey), (right, "spent")):
             line = sorted((r for r in pts if r[key] is not None), key=lambda r: r[key])
@@ -127,6 +136,10 @@ def plot(rows: list[dict], out_png: Path, have_speed: bool) -> None:
     left.set_xlabel("tokens/s vs strict at fixed work (median over repeats)" if have_speed
                     else "accept length vs strict (no speed run yet)")
     right.set_xlabel("regret spent per request at natural stop (nats)")
+    bought.set_xlabel("regret spent per request at natural stop (nats)")
+    bought.set_ylabel("accept length vs strict (natural stop)")
+    bought.axhline(1.0, color="grey", lw=0.8, ls="--")
+    bought.legend(fontsize=8)
     n = max((r["pairs"] or 0 for r in rows), default=0)
     fig.suptitle(f"Acceptance rules on Qwen2.5-Coder 1.5B + 0.5B (STANDALONE, CPU), GSM8K n={n} per setting")
     fig.tight_layout()
