@@ -71,7 +71,7 @@ audit() {  # audit NAME ARGS...: GSM8K at natural stop on the chat route, one se
 
 wait_for_memory $MIN_GB
 audit pilot --rules "$PILOT_RULES" --limit $PILOT_LIMIT
-audit audit --rules "$RULES" --limit $LIMIT --noise-floor
+audit "audit_l$LIMIT" --rules "$RULES" --limit $LIMIT --noise-floor
 
 wait_for_issue12
 wait_for_memory $MIN_GB
