@@ -10,6 +10,12 @@
 # then leave OUT/NAME.done so a later run of the chain skips it. With STOP_AFTER=NAME in the
 # environment the chain ends (exit 0) once step NAME is done, so a session can queue another chain
 # behind a prefix of this one.
+#
+# chain_seed RESULTS: OUT starts from the run logs committed under RESULTS, so a chain continues
+# where an earlier session stopped even in a fresh checkout (out/ is never committed). Every folder
+# under RESULTS that holds a run log (*.jsonl) is copied into OUT unless OUT already has it, and
+# every step named in RESULTS/steps_done (one per line: steps whose whole output those logs hold)
+# is marked done. A step that was only part done is not listed: its --resume continues the log.
 
 chain_setup() {
     REPO=${REPO:-$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)}
@@ -40,4 +46,19 @@ step() {
 
 stop_after() {
     if [ "${STOP_AFTER:-}" = "$1" ]; then log "STOP_AFTER=$1: chain ends here"; exit 0; fi
+}
+
+chain_seed() {
+    local results=$1 d s
+    [ -d "$results" ] || return 0
+    for d in $(cd "$results" && find . -name '*.jsonl' -printf '%h\n' | sort -u); do
+        [ -e "$OUT/$d" ] && continue
+        mkdir -p "$OUT/$d"
+        find "$results/$d" -maxdepth 1 -type f -exec cp -p {} "$OUT/$d/" \;
+        log "seeded $OUT/$d from $results/$d"
+    done
+    [ -f "$results/steps_done" ] || return 0
+    while read -r s; do
+        [ -z "$s" ] || [ -e "$OUT/$s.done" ] || { touch "$OUT/$s.done"; log "seeded $s.done"; }
+    done <"$results/steps_done"
 }

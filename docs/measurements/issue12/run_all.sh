@@ -5,7 +5,9 @@
 # STANDALONE on both pairs (issue 9), and last the audit's budget-32 arm.
 #
 # Resumable: every step passes --resume (a tool's run log skips completed work) and a finished
-# step leaves STEP.done, so after a stop just run this script again:
+# step leaves STEP.done, so after a stop just run this script again (in a fresh checkout it starts
+# from the logs committed under results/; commit OUT's logs there, and finished steps in
+# results/steps_done, before a session ends):
 #   nohup bash docs/measurements/issue12/run_all.sh > OUT/run_all.out 2>&1 &
 # Run it from a frozen worktree so edits in the main tree cannot change a running server:
 #   git worktree add /work/meas <commit>; cd /work/meas; REPO=/work/meas OUT=/work/main/out/meas bash ...
@@ -32,6 +34,8 @@ LONG="--timeout 3600 --launch-timeout 1800 --resume"   # a shared 2-core machine
 speed_json() { [ -f "$1" ] && echo "--speed-json $1"; }
 
 log "run_all.sh at $(git -C "$REPO" rev-parse --short HEAD) -> $OUT"
+# A fresh checkout continues from the run logs published under results/ (steps_done: finished steps).
+chain_seed "$REPO/docs/measurements/issue12/results"
 
 # Order: the cheap demo first, then one repeat of the Qwen speed table, a first paired audit (20
 # items per task), then the speed repeats and the larger audits; each later step grows the same

@@ -8,7 +8,8 @@
 #   3. speed at fixed work on GSM8K prompts (after issue 12's chain: one speed run at a time);
 #   4. the table and plot (ablation.py).
 #
-# Resumable: every step passes --resume and leaves STEP.done; after a stop run the script again:
+# Resumable: every step passes --resume and leaves STEP.done; after a stop run the script again (a
+# fresh checkout starts from the logs committed under results/, see steps.sh's chain_seed):
 #   nohup bash docs/measurements/issue13/run_ablation.sh > $OUT/run_ablation.out 2>&1 &
 # Run it from a frozen worktree so edits in the main tree cannot change a running server:
 #   git worktree add /work/meas13 <commit>; cd /work/meas13; REPO=/work/meas13 OUT=/work/main/out/meas13 bash ...
@@ -63,6 +64,7 @@ wait_for_issue12() {
 }
 
 log "run_ablation.sh at $(git -C "$REPO" rev-parse --short HEAD) -> $OUT (SMOKE=${SMOKE:-0}, RULES=$RULES)"
+[ "${SMOKE:-0}" = 1 ] || chain_seed "$REPO/docs/measurements/issue13/results"
 audit() {  # audit NAME ARGS...: GSM8K at natural stop on the chat route, one server for every arm
     local name=$1; shift
     step "$name" sglang_asd.bench.audit --launch="$SERVER" --tasks gsm8k --api chat --max-new-tokens $CAP \
