@@ -17,7 +17,9 @@
 # RULES: the arms of steps 2 and 3 (default: chosen from the pilot, see docs/BENCHMARKS.md);
 # PILOT_RULES, PILOT_LIMIT, LIMIT override the pilot's grid and the two audits' sizes (a session
 # grows LIMIT run by run: --resume keeps every item already decoded); SPEED and SPEED_REPEATS the
-# speed step's work and repeats (repeats are added one at a time, so a stop keeps complete ones).
+# speed step's work and repeats (repeats are added one at a time, so a stop keeps complete ones);
+# SERVER_EXTRA more server arguments (`--dtype float32` on a CPU without AVX-512 BF16, where bf16
+# matmuls run about 100x slower than float32: `lscpu | grep -o 'avx512_bf16\|amx_bf16'` tells).
 set -uo pipefail
 
 source "$(dirname "$0")/../steps.sh"
@@ -36,7 +38,7 @@ else
     SERVER="--model-path fixture:qwen2.5-coder-1.5b --speculative-algorithm STANDALONE \
 --speculative-draft-model-path fixture:qwen2.5-coder-0.5b --speculative-num-steps 4 --speculative-eagle-topk 1 \
 --speculative-num-draft-tokens 5 --asd-standalone-draft-fix --mem-fraction-static 0.8 --max-total-tokens 8192 \
-$RULE_CEILINGS"
+$RULE_CEILINGS ${SERVER_EXTRA:-}"
     PILOT_RULES=${PILOT_RULES:-'asd=1|2|8,local=0.25|1,margin=0.25|1,threshold=0.125|0.5'}
     RULES=${RULES:-$PILOT_RULES}
     PILOT_LIMIT=${PILOT_LIMIT:-10}; LIMIT=${LIMIT:-100}; CAP=384; MIN_GB=9
