@@ -17,7 +17,8 @@
 # RULES: the arms of steps 2 and 3 (default: chosen from the pilot, see docs/BENCHMARKS.md);
 # PILOT_RULES, PILOT_LIMIT, LIMIT override the pilot's grid and the two audits' sizes (a session
 # grows LIMIT run by run: --resume keeps every item already decoded); SPEED and SPEED_REPEATS the
-# speed step's work and repeats (repeats are added one at a time, so a stop keeps complete ones);
+# speed step's work, repeats and concurrency (repeats are added one at a time, so a stop keeps
+# complete ones; SPEED_CONCURRENCY defaults to 1);
 # SERVER_EXTRA more server arguments (`--dtype float32` on a CPU without AVX-512 BF16, where bf16
 # matmuls run about 100x slower than float32: `lscpu | grep -o 'avx512_bf16\|amx_bf16'` tells).
 set -uo pipefail
@@ -82,7 +83,7 @@ wait_for_issue12
 wait_for_memory $MIN_GB
 for r in $(seq 1 "${SPEED_REPEATS:-2}"); do
     step "speed_r$r" sglang_asd.bench.speed --launch="$SERVER" --rules "$RULES" --dataset gsm8k $SPEED \
-        --concurrency 1 --repeats $r $LONG --out "$OUT/speed"
+        --concurrency "${SPEED_CONCURRENCY:-1}" --repeats $r $LONG --out "$OUT/speed"
 done
 
 "$PY" docs/measurements/issue13/ablation.py --audit "$OUT/audit/audit.json" --speed "$OUT/speed/speed.json" \
