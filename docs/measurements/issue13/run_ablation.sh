@@ -19,8 +19,8 @@
 # grows LIMIT run by run: --resume keeps every item already decoded); SPEED and SPEED_REPEATS the
 # speed step's work, repeats and concurrency (repeats are added one at a time, so a stop keeps
 # complete ones; SPEED_CONCURRENCY defaults to 1);
-# SERVER_EXTRA more server arguments (`--dtype float32` on a CPU without AVX-512 BF16, where bf16
-# matmuls run about 100x slower than float32: `lscpu | grep -o 'avx512_bf16\|amx_bf16'` tells).
+# SERVER_EXTRA more server arguments (`--dtype float32` on a CPU without AVX-512 BF16, where a bf16
+# Qwen server decodes about half as fast as a float32 one: `lscpu | grep -o 'avx512_bf16\|amx_bf16'`).
 set -uo pipefail
 
 source "$(dirname "$0")/../steps.sh"
