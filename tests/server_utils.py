@@ -1,4 +1,8 @@
-"""Real SGLang servers (CPU, float32) for tests, on top of the benchmark launcher."""
+"""Real SGLang servers (CPU, float32) for tests, on top of the benchmark launcher.
+
+Servers log at info level: tests that read the log (the verify warm-up's variant lines) then use the
+pool's servers instead of starting their own.
+"""
 
 from __future__ import annotations
 
@@ -22,7 +26,7 @@ class Server:
         self.name = name
         self.log_path = Path(tempfile.mkdtemp(prefix=f"sglang_asd_test_{name}_")) / "server.log"
         env = dict(os.environ, PYTHONUNBUFFERED="1")
-        self._launched = LaunchedServer(["--dtype", "float32", "--log-level", "warning", *args], self.log_path,
+        self._launched = LaunchedServer(["--dtype", "float32", "--log-level", "info", *args], self.log_path,
                                         timeout=START_TIMEOUT_S, module=module, env=env)
         t0 = time.time()
         self.url = self._launched.__enter__()

@@ -25,7 +25,7 @@ def _verify_rounds(responses):
     return [r["meta_info"]["spec_verify_ct"] for r in responses]
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")  # session: the algorithm-grouped order (tests/conftest.py) leaves this module
 def plain_outputs(servers):
     return _outputs(servers.get("plain", stock=True))
 

@@ -25,9 +25,10 @@ def test_shapes_cover_adaptive_candidate_steps_and_ngram():
 
 
 @pytest.mark.server
-@pytest.mark.parametrize("config", ["eagle", "eagle_tree", "ngram"])
-def test_serving_launches_only_warmed_variants(servers, config):
-    server = servers.get(config, extra=("--log-level", "info"))
+@pytest.mark.parametrize("algorithm", ["eagle", "eagle_tree", "ngram"])
+def test_serving_launches_only_warmed_variants(servers, algorithm):
+    """The pool's server (info log): its log also holds every variant earlier tests met on it."""
+    server = servers.get(algorithm)
     prompts = ["The quick brown fox", "def add(a, b):", "Once upon a time", "1, 2, 3,"] * 4
     for width in (1, 3, 16):  # batch sizes vary the verify's bs; stop tokens vary the stop width
         with cf.ThreadPoolExecutor(width) as pool:
