@@ -48,27 +48,39 @@ ALGORITHM_ORDER = ["standalone", "standalone_fix", "eagle_tree", "eagle3", "ngra
 
 
 def pytest_collection_modifyitems(config, items):
-    """Run the server tests parametrized over ``algorithm`` grouped by algorithm, across modules.
+    """Run server tests that share servers next to each other, across modules.
 
-    Server starts dominate the suite (about 35 s each on a 2-core AVX2 host). Collected per module,
-    test_asd_rules, test_asd_serving and test_identity each walk every algorithm, and with
-    ``MAX_ALIVE`` servers the pool restarts each algorithm's servers in every module; grouped, each
-    algorithm's stock and ASD servers start once. The group takes the place of its first member;
-    every other test keeps its place, and within a group the collection order holds. Module-scoped
-    fixtures of those modules are pool lookups (cheap on a live server) or session-scoped results.
+    Server starts dominate the suite (about 35 s each on a 2-core AVX2 host) and the pool keeps only
+    ``MAX_ALIVE`` servers. Two kinds of block:
+    - tests parametrized over ``algorithm`` (test_asd_rules, test_asd_serving, test_identity,
+      test_verify_warmup), ordered by ``ALGORITHM_ORDER``: each algorithm's stock and ASD servers start
+      once, not once per module;
+    - tests marked ``server_group(NAME)`` (one server configuration used by several modules).
+    A block takes the place of its first member; every other test keeps its place, and within a group
+    the collection order holds. Module-scoped fixtures of those modules are pool lookups (cheap on a
+    live server) or session-scoped results, so leaving and re-entering a module costs nothing.
     """
-    def algorithm(item):
+    def group(item):
+        if item.get_closest_marker("server") is None:
+            return None
         spec = getattr(item, "callspec", None)
         algo = spec.params.get("algorithm") if spec is not None else None
-        return algo if algo in ALGORITHM_ORDER and item.get_closest_marker("server") else None
+        if algo in ALGORITHM_ORDER:
+            return "algorithm", ALGORITHM_ORDER.index(algo)
+        named = item.get_closest_marker("server_group")
+        return (f"group:{named.args[0]}", 0) if named else None
 
-    grouped = [i for i, item in enumerate(items) if algorithm(item)]
-    if not grouped:
-        return
-    block = sorted(grouped, key=lambda i: (ALGORITHM_ORDER.index(algorithm(items[i])), i))
-    moved = set(grouped)
-    order = [i for i in range(grouped[0]) if i not in moved] + block
-    order += [i for i in range(grouped[0], len(items)) if i not in moved]
+    keys = [group(item) for item in items]
+    blocks: dict[str, list[int]] = {}
+    for i, key in enumerate(keys):
+        if key is not None:
+            blocks.setdefault(key[0], []).append(i)
+    order = []
+    for i, key in enumerate(keys):
+        if key is None:
+            order.append(i)
+        elif blocks[key[0]][0] == i:  # the block's first member: the whole block goes here
+            order += sorted(blocks[key[0]], key=lambda j: (keys[j][1], j))
     items[:] = [items[i] for i in order]
 
 

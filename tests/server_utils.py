@@ -16,6 +16,10 @@ import requests
 
 from sglang_asd.bench.server import LaunchedServer
 
+# One server pair (stock and ASD) for the paged-KV and the streaming-session tests: paged KV (page 4)
+# with streaming sessions on, so neither starts servers of its own.
+PAGED_STREAMING = ("--page-size", "4", "--enable-streaming-session")
+
 START_TIMEOUT_S = float(os.environ.get("SGLANG_ASD_TEST_START_TIMEOUT", 600))
 
 

@@ -6,6 +6,8 @@ import re
 import pytest
 import requests
 
+from tests.server_utils import PAGED_STREAMING
+
 pytestmark = pytest.mark.server
 
 
@@ -66,8 +68,9 @@ def test_mixed_greedy_and_sampling_batch(server):
                 [e["pos"] for e in solo["meta_info"]["asd"]["events"]]
 
 
+@pytest.mark.server_group("paged_streaming")
 def test_paged_kv_and_radix_cache(servers):
-    server = servers.get("eagle", extra=("--page-size", "4"))
+    server = servers.get("eagle", extra=PAGED_STREAMING)
     first = server.generate("Dear Sir or Madam, I write to you about", max_new_tokens=24, ignore_eos=True, asd_budget=8)
     again = server.generate("Dear Sir or Madam, I write to you about", max_new_tokens=24, ignore_eos=True, asd_budget=8)
     assert again["meta_info"]["cached_tokens"] > 0  # served from the radix cache
@@ -77,6 +80,6 @@ def test_paged_kv_and_radix_cache(servers):
     r = again["meta_info"]["asd"]
     assert r["applied"] and r["spent"] <= 8.0
     strict = server.generate("Dear Sir or Madam, I write to you about", max_new_tokens=24, ignore_eos=True)
-    stock = servers.get("eagle", stock=True, extra=("--page-size", "4"))
+    stock = servers.get("eagle", stock=True, extra=PAGED_STREAMING)
     assert strict["output_ids"] == stock.generate("Dear Sir or Madam, I write to you about", max_new_tokens=24,
                                                   ignore_eos=True)["output_ids"]

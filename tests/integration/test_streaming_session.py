@@ -9,7 +9,7 @@ and a later budget turn starts from its own budget.
 import pytest
 import requests
 
-from tests.server_utils import check_receipt
+from tests.server_utils import PAGED_STREAMING, check_receipt
 
 pytestmark = pytest.mark.server
 
@@ -35,8 +35,9 @@ def _session_turns(server, budgets):
     return outs
 
 
+@pytest.mark.server_group("paged_streaming")
 def test_each_turn_has_its_own_ledger(servers):
-    extra = ("--enable-streaming-session",)
+    extra = PAGED_STREAMING
     stock = _session_turns(servers.get("eagle", stock=True, extra=extra), [None] * len(TURNS))
     ours = _session_turns(servers.get("eagle", extra=extra), BUDGETS)
     first = ours[0]["meta_info"]
