@@ -4,13 +4,14 @@
         --out docs/measurements/issue13/results
 
 Per rule and setting (an arm sends ``asd_rule`` and the rule's knob, ``sglang_asd.bench.arms.rule_arms``):
-accept length, tokens/s against strict with its interval and the CPU-normalised ratio, and strict's verify
-rounds over the rule's (speed run, fixed work), spent regret per request, divergence from strict and the GSM8K accuracy change with its paired
-95% interval (audit run, natural stop). Writes ``ablation.md``, ``ablation.json`` and
-``frontier_rules.png``, one curve per rule in three panels: x = speed-up (strict's verify rounds over the rule's at fixed work), y = accuracy change; x = spent
-regret per request, y = accuracy change; x = spent regret per request, y = accept length relative to
-strict's (what a nat of regret buys under each rule: item means, far less noisy than accuracy at small
-n). Without a speed run the first panel's x is the accept length relative to strict's, and says so.
+accept length, tokens/s against strict with its interval, the CPU-normalised ratio and strict's verify
+rounds over the rule's (speed run, fixed work), spent regret per request, divergence from strict and the
+GSM8K accuracy change with its paired 95% interval (audit run, natural stop). Writes ``ablation.md``,
+``ablation.json`` and ``frontier_rules.png``, one curve per rule in three panels: x = speed-up (strict's
+verify rounds over the rule's at fixed work), y = accuracy change; x = spent regret per request, y =
+accuracy change; x = spent regret per request, y = accept length relative to strict's (what a nat of
+regret buys under each rule: item means, far less noisy than accuracy at small n). Without a speed run
+the first panel's x is the accept length relative to strict's, and says so.
 """
 
 from __future__ import annotations
