@@ -6,9 +6,11 @@ the least recently used one is stopped to start another. ASD servers always expo
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import pytest
 
-from tests.server_utils import Server
+from tests.server_utils import PAGED_STREAMING, Server
 
 SPEC_TINY = ["--speculative-num-steps", "3", "--speculative-num-draft-tokens", "4", "--speculative-eagle-topk", "1"]
 
@@ -42,32 +44,72 @@ ASD_ARGS = {
 
 MAX_ALIVE = 3
 
-# Run order of the tests parametrized over ``algorithm`` (see pytest_collection_modifyitems); eagle
-# last, so its server is still alive for the eagle-only tests that follow.
+
+class Want(NamedTuple):
+    """One server of the pool: ``CONFIGS[config]``, stock SGLang or ASD, extra arguments, overlap on/off
+    (SGLang's overlap scheduler kept on for CPU speculative decoding, ``tests/cpu_overlap.py``)."""
+
+    config: str
+    stock: bool = False
+    extra: tuple = ()
+    overlap: bool = False
+
+    def launch(self) -> tuple[str, tuple[str, ...]]:
+        """(module, arguments): the pool's key, so two names for the same server share one process."""
+        if self.overlap:
+            module = "tests.overlap_stock_server" if self.stock else "tests.overlap_asd_server"
+        else:
+            module = "sglang_asd.stock_server" if self.stock else "sglang_asd.launch_server"
+        asd = [] if self.stock else ["--enable-metrics", *ASD_ARGS.get(self.config, ())]
+        return module, (*CONFIGS[self.config], *asd, *self.extra)
+
+    @property
+    def name(self) -> str:
+        return f"{self.config}-{'stock' if self.stock else 'asd'}"
+
+
+# Servers a block of tests uses together (see pytest_collection_modifyitems): the pool starts them side
+# by side when the block begins. Blocks over ``algorithm`` derive theirs from the ``stock_twin`` marker.
+GROUP_SERVERS = {
+    "paged_streaming": (Want("eagle", True, PAGED_STREAMING), Want("eagle", False, PAGED_STREAMING)),
+    "overlap": (Want("eagle", overlap=True), Want("eagle", True, overlap=True)),
+}
+
+# Run order of the tests parametrized over ``algorithm``; tests marked ``server_group(NAME)`` with NAME
+# in this list join that algorithm's block. Eagle last: its servers stay alive for what follows.
 ALGORITHM_ORDER = ["standalone", "standalone_fix", "eagle_tree", "eagle3", "ngram", "eagle"]
+_BLOCK_SERVERS = pytest.StashKey[tuple]()
 
 
+@pytest.hookimpl(trylast=True)  # after -k / -m deselection: a block starts at a test that runs
 def pytest_collection_modifyitems(config, items):
-    """Run server tests that share servers next to each other, across modules.
+    """Run server tests that share servers next to each other, across modules, and start each block's
+    servers together.
 
-    Server starts dominate the suite (about 35 s each on a 2-core AVX2 host) and the pool keeps only
-    ``MAX_ALIVE`` servers. Two kinds of block:
+    Server starts dominate the suite (about 40 s each on a 2-core AVX2 host, most of it importing
+    SGLang in the launcher and its two children) and the pool keeps only ``MAX_ALIVE`` servers.
+    Two kinds of block:
     - tests parametrized over ``algorithm`` (test_asd_rules, test_asd_serving, test_identity,
-      test_verify_warmup), ordered by ``ALGORITHM_ORDER``: each algorithm's stock and ASD servers start
-      once, not once per module;
+      test_verify_warmup) and tests marked ``server_group(ALGORITHM)``, ordered by ``ALGORITHM_ORDER``:
+      each algorithm's stock and ASD servers start once, not once per module;
     - tests marked ``server_group(NAME)`` (one server configuration used by several modules).
-    A block takes the place of its first member; every other test keeps its place, and within a group
+    A block takes the place of its first member; every other test keeps its place, and within a block
     the collection order holds. Module-scoped fixtures of those modules are pool lookups (cheap on a
     live server) or session-scoped results, so leaving and re-entering a module costs nothing.
+
+    The first test of each algorithm's part (and of each group in ``GROUP_SERVERS``) carries the
+    servers that part uses; ``pytest_runtest_setup`` has the pool start the missing ones side by side,
+    which overlaps one server's imports with another's on the two cores.
     """
     def group(item):
         if item.get_closest_marker("server") is None:
             return None
         spec = getattr(item, "callspec", None)
         algo = spec.params.get("algorithm") if spec is not None else None
+        named = item.get_closest_marker("server_group")
+        algo = algo if algo in ALGORITHM_ORDER else (named.args[0] if named else None)
         if algo in ALGORITHM_ORDER:
             return "algorithm", ALGORITHM_ORDER.index(algo)
-        named = item.get_closest_marker("server_group")
         return (f"group:{named.args[0]}", 0) if named else None
 
     keys = [group(item) for item in items]
@@ -83,39 +125,91 @@ def pytest_collection_modifyitems(config, items):
             order += sorted(blocks[key[0]], key=lambda j: (keys[j][1], j))
     items[:] = [items[i] for i in order]
 
+    first: dict[tuple, pytest.Item] = {}
+    wants: dict[tuple, set] = {}
+    for item, key in zip(items, [keys[i] for i in order]):
+        if key is None:
+            continue
+        first.setdefault(key, item)
+        if key[0] == "algorithm":
+            algo = ALGORITHM_ORDER[key[1]]
+            wants.setdefault(key, {Want(algo)})
+            if item.get_closest_marker("stock_twin"):
+                wants[key].add(Want(algo, stock=True))
+        else:
+            wants.setdefault(key, set(GROUP_SERVERS.get(key[0].removeprefix("group:"), ())))
+    for key, item in first.items():
+        if wants[key]:
+            item.stash[_BLOCK_SERVERS] = tuple(sorted(wants[key]))
+
+
+def pytest_runtest_setup(item):
+    block = item.stash.get(_BLOCK_SERVERS, None)
+    if block:
+        POOL.start(block)
+
 
 class ServerPool:
     def __init__(self):
-        self.alive: dict[tuple, Server] = {}  # insertion order = recency
+        self.alive: dict[tuple, Server] = {}  # insertion order = recency; some may still be starting
+        self.stopped: list[tuple[Server, int]] = []  # servers that had served, once stopped: exit status
 
     def get(self, config: str, stock: bool = False, extra: tuple = (), overlap: bool = False) -> Server:
-        """``overlap``: SGLang's overlap scheduler kept on for CPU speculative decoding (``tests/cpu_overlap.py``)."""
-        key = (config, "stock" if stock else "asd", tuple(extra), overlap)
+        """The server (started now, or by ``start``), once it serves."""
+        want = Want(config, stock, tuple(extra), overlap)
+        key = want.launch()
         server = self.alive.pop(key, None)
         if server is None:
-            while len(self.alive) >= MAX_ALIVE:
-                self.alive.pop(next(iter(self.alive))).stop()
-            if overlap:
-                module = "tests.overlap_stock_server" if stock else "tests.overlap_asd_server"
-            else:
-                module = "sglang_asd.stock_server" if stock else "sglang_asd.launch_server"
-            args = list(CONFIGS[config]) + ([] if stock else ["--enable-metrics", *ASD_ARGS.get(config, ())])
-            args += list(extra)
-            server = Server(f"{config}-{key[1]}", args, module=module)
+            self._make_room(keep=())
+            server = self._launch(want)
         self.alive[key] = server
-        return server
+        try:
+            return server.ready()
+        except BaseException:
+            self.alive.pop(key, None)
+            raise
+
+    def start(self, wants) -> None:
+        """Start the servers of ``wants`` that are not alive, side by side, without waiting for them."""
+        keep = {want.launch() for want in wants}
+        for want in wants:
+            if want.launch() not in self.alive:
+                self._make_room(keep)
+                self.alive[want.launch()] = self._launch(want)
+
+    def _launch(self, want: Want) -> Server:
+        module, args = want.launch()
+        return Server(want.name, list(args), module=module, wait=False)
+
+    def _make_room(self, keep) -> None:
+        """Stop the least recently used servers not in ``keep`` until one more fits."""
+        while len(self.alive) >= MAX_ALIVE:
+            victim = next((k for k in self.alive if k not in keep), None)
+            if victim is None:
+                return
+            self._stop(self.alive.pop(victim))
+
+    def _stop(self, server: Server) -> None:
+        code = server.stop()
+        if server.started_s is not None:
+            self.stopped.append((server, code))
 
     def stop_all(self):
         for server in self.alive.values():
-            server.stop()
+            self._stop(server)
         self.alive.clear()
+
+
+POOL = ServerPool()
+
+
+def pytest_sessionfinish(session, exitstatus):
+    POOL.stop_all()
 
 
 @pytest.fixture(scope="session")
 def servers():
-    pool = ServerPool()
-    yield pool
-    pool.stop_all()
+    return POOL
 
 
 @pytest.fixture(scope="session")

@@ -20,21 +20,41 @@ from sglang_asd.bench.server import LaunchedServer
 # with streaming sessions on, so neither starts servers of its own.
 PAGED_STREAMING = ("--page-size", "4", "--enable-streaming-session")
 
+# SGLang's memory check at start-up reads the machine's available memory before and after loading the
+# weights and charges the whole drop to this server: another server starting beside it (the pool starts
+# pairs side by side) can fail it under the launcher's CPU default of 0.3. The KV pool stays capped by
+# the launcher's --max-total-tokens 65536 (a tiny model's pool is 0.04 GB), so 0.8 changes no decision.
+SERVER_DEFAULTS = ("--dtype", "float32", "--log-level", "info", "--mem-fraction-static", "0.8")
+
 START_TIMEOUT_S = float(os.environ.get("SGLANG_ASD_TEST_START_TIMEOUT", 600))
 
 
 class Server:
-    """A running server: ``module`` is ``sglang_asd.launch_server`` or ``sglang_asd.stock_server``."""
+    """A server: ``module`` is ``sglang_asd.launch_server`` or ``sglang_asd.stock_server``.
 
-    def __init__(self, name: str, args: list[str], module: str = "sglang_asd.launch_server"):
+    ``wait=False`` returns as soon as the process is started (the pool starts servers side by side);
+    ``ready()`` then blocks until it serves.
+    """
+
+    def __init__(self, name: str, args: list[str], module: str = "sglang_asd.launch_server", wait: bool = True):
         self.name = name
+        self.module = module
         self.log_path = Path(tempfile.mkdtemp(prefix=f"sglang_asd_test_{name}_")) / "server.log"
         env = dict(os.environ, PYTHONUNBUFFERED="1")
-        self._launched = LaunchedServer(["--dtype", "float32", "--log-level", "info", *args], self.log_path,
-                                        timeout=START_TIMEOUT_S, module=module, env=env)
-        t0 = time.time()
-        self.url = self._launched.__enter__()
-        self.started_s = time.time() - t0
+        self._launched = LaunchedServer([*SERVER_DEFAULTS, *args], self.log_path, timeout=START_TIMEOUT_S,
+                                        module=module, env=env)
+        self.url = self._launched.url
+        self._t0 = time.time()
+        self.started_s: float | None = None  # seconds from start to serving, once ready
+        self._launched.start()
+        if wait:
+            self.ready()
+
+    def ready(self) -> "Server":
+        if self.started_s is None:
+            self._launched.wait()
+            self.started_s = time.time() - self._t0
+        return self
 
     def tail(self, n: int = 60) -> str:
         try:

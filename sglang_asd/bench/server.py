@@ -272,6 +272,11 @@ class LaunchedServer:
         self.proc: Optional[subprocess.Popen] = None
 
     def __enter__(self) -> str:
+        self.start()
+        return self.wait()
+
+    def start(self) -> None:
+        """Start the server process and return at once (``wait`` blocks until it serves)."""
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         log = self.log_path.open("ab")
         cmd = [self.python, "-m", self.module, *self.argv]
@@ -279,6 +284,9 @@ class LaunchedServer:
         log.flush()
         self.proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True, env=self.env)
         log.close()
+
+    def wait(self) -> str:
+        """Block until the started server is healthy; on failure stop it and raise."""
         try:
             wait_healthy(self.url, self.timeout, self.proc, self.log_path)
         except BaseException:

@@ -18,6 +18,7 @@ import run_headless  # noqa: E402
 
 
 @pytest.mark.server
+@pytest.mark.server_group("eagle")
 def test_load_smoke(asd_server_url, tmp_path):
     rc = run_headless.main([
         "--host", asd_server_url, "--allow-remote", "--users", "2", "--spawn-rate", "2", "--run-time", "60s",

@@ -8,7 +8,7 @@ import requests
 
 from tests.server_utils import PAGED_STREAMING
 
-pytestmark = pytest.mark.server
+pytestmark = [pytest.mark.server, pytest.mark.server_group("eagle")]  # runs in the eagle block (conftest.py)
 
 
 @pytest.fixture(scope="module")

@@ -30,6 +30,7 @@ def plain_outputs(servers):
     return _outputs(servers.get("plain", stock=True))
 
 
+@pytest.mark.stock_twin
 @pytest.mark.parametrize("algorithm", ALGORITHMS)
 def test_budget_zero_equals_stock_sglang(servers, plain_outputs, algorithm):
     stock = _outputs(servers.get(algorithm, stock=True))
@@ -41,6 +42,7 @@ def test_budget_zero_equals_stock_sglang(servers, plain_outputs, algorithm):
     assert stock == plain_outputs, f"{algorithm}: speculative greedy must equal plain greedy"
 
 
+@pytest.mark.stock_twin
 @pytest.mark.parametrize("algorithm", ["standalone", "eagle", "eagle_tree"])
 def test_budget_zero_runs_the_stock_draft_flow(servers, algorithm):
     """Not only the tokens: without opt-in flags the drafts are stock SGLang's (same verify rounds)."""

@@ -16,7 +16,7 @@ import requests
 
 from tests.server_utils import check_receipt, metric
 
-pytestmark = pytest.mark.server
+pytestmark = [pytest.mark.server, pytest.mark.server_group("overlap")]
 
 PROMPTS = ["The quick brown fox", "def add(a, b):", "Once upon a time", "1, 2, 3,", "import numpy as np",
            "Dear Sir or Madam,", "The weather today", "SELECT * FROM"]
