@@ -31,7 +31,7 @@ from typing import Optional
 
 import requests
 
-from sglang_asd.bench import datasets, report, speed_summary
+from sglang_asd.bench import datasets, quiet, report, speed_summary
 from sglang_asd.bench.arms import PLAIN, PLAIN_ARM, STRICT, Arm, resolve_arms
 from sglang_asd.bench.client import GenRequest, served_model
 from sglang_asd.bench.metrics import first_errors, result_metrics
@@ -61,12 +61,16 @@ CSV_COLUMNS = ("arm", "budget", "fields", "repeats_n", "speedup_median", "speedu
 
 
 def pass_record(arm: Arm, repeat: int, index: int, p: PassResult, expected_tokens: int,
-                server_cpu_s: Optional[float] = None) -> dict:
+                server_cpu_s: Optional[float] = None, foreign_share: Optional[float] = None,
+                max_foreign_share: float = quiet.DEFAULT_MAX_SHARE) -> dict:
     """The logged form of one pass; ``server_cpu_s`` = CPU seconds the serving processes used
-    during it (launched servers only), ``cpu_s_per_token`` = that over the output tokens."""
+    during it (launched servers only), ``cpu_s_per_token`` = that over the output tokens,
+    ``foreign_share`` = the machine's CPU that went to other work meanwhile (``quiet.py``; launched
+    servers only), ``disturbed`` when that is above ``max_foreign_share``."""
     m = result_metrics(p.results)
     return {"kind": "pass", "repeat": repeat, "index": index, "arm": arm.label, "server": arm.server,
-            "fields": dict(arm.fields), "server_cpu_s": server_cpu_s,
+            "fields": dict(arm.fields), "server_cpu_s": server_cpu_s, "foreign_share": foreign_share,
+            "disturbed": foreign_share is not None and foreign_share > max_foreign_share,
             "cpu_s_per_token": server_cpu_s / m["output_tokens"] if server_cpu_s and m["output_tokens"] else None,
             "finished": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "wall_s": p.wall_s, "tok_s": p.tokens_per_s,
             "fixed_work_ok": m["output_tokens"] == expected_tokens and not m["errors"], **m,
@@ -119,33 +123,53 @@ def run(args: argparse.Namespace, arms: list[Arm]) -> dict:
                 run_pass(urls[server], reqs(by_label[PLAIN if server == "plain" else STRICT], 4), args.concurrency,
                          args.timeout, desc=f"warm-up ({server})")
         order = speed_summary.schedule(arms)
-        done = {(r["repeat"], r["index"]) for r in passes_of(log.records) if not r["errors"]}
+        done = {(r["repeat"], r["index"]) for r in passes_of(log.records) if not r["errors"] and not r.get("disturbed")}
         todo = [(rep, i) for rep in range(args.repeats) for i in range(len(order)) if (rep, i) not in done]
         expected = len(prompts) * args.max_new_tokens
         from tqdm import tqdm
 
         total = args.repeats * len(order)
+        load = quiet.ForeignLoad(lambda: own_cpu_s(targets))
         with tqdm(total=total, initial=total - len(todo), desc="speed passes", unit="pass", dynamic_ncols=True) as bar:
             for repeat, index in todo:
                 arm = by_label[order[index]]
-                cpu_before = targets.cpu_seconds(arm.server)
-                p = run_pass(urls[arm.server], reqs(arm, args.max_new_tokens), args.concurrency, args.timeout,
-                             desc=f"repeat {repeat + 1} {arm.label}")
-                cpu_after = targets.cpu_seconds(arm.server)
-                cpu = None if cpu_before is None or cpu_after is None else cpu_after - cpu_before
-                record = pass_record(arm, repeat, index, p, expected, cpu)
-                log.append(record)
+                for attempt in range(args.redo_disturbed + 1):
+                    if attempt:
+                        load.wait_quiet(args.max_foreign_share, max_wait_s=args.quiet_wait)
+                    cpu_before = targets.cpu_seconds(arm.server)
+                    load.start()
+                    p = run_pass(urls[arm.server], reqs(arm, args.max_new_tokens), args.concurrency, args.timeout,
+                                 desc=f"repeat {repeat + 1} {arm.label}")
+                    share = load.share()
+                    cpu_after = targets.cpu_seconds(arm.server)
+                    cpu = None if cpu_before is None or cpu_after is None else cpu_after - cpu_before
+                    record = pass_record(arm, repeat, index, p, expected, cpu, share, args.max_foreign_share)
+                    log.append(record)
+                    write(build_result(log.header, log.records, args.repeats, meta), args.out)
+                    if record["errors"]:
+                        # A server that dropped requests (crashed, timed out) would fail every later pass
+                        # too: stop here; --resume redoes this pass and the rest.
+                        raise PassFailed(f"repeat {repeat + 1} {arm.label}: {record['errors']} of {len(prompts)} "
+                                         f"requests failed ({'; '.join(record['first_errors'][:2])}); "
+                                         f"rerun with --resume to redo this pass and the rest")
+                    if not record["disturbed"]:
+                        break
+                    tqdm.write(f"repeat {repeat + 1} {arm.label}: {share:.0%} of the machine's CPU went to other "
+                               f"work during the pass (> {args.max_foreign_share:.0%})"
+                               + (": redoing it" if attempt < args.redo_disturbed else ": kept, marked disturbed"))
                 bar.set_postfix_str(f"{arm.label} {fmt_rate(p.tokens_per_s)}")
                 bar.update(1)
-                write(build_result(log.header, log.records, args.repeats, meta), args.out)
-                if record["errors"]:
-                    # A server that dropped requests (crashed, timed out) would fail every later pass too:
-                    # stop here; --resume redoes this pass and the rest.
-                    raise PassFailed(f"repeat {repeat + 1} {arm.label}: {record['errors']} of {len(prompts)} "
-                                     f"requests failed ({'; '.join(record['first_errors'][:2])}); "
-                                     f"rerun with --resume to redo this pass and the rest")
         result = build_result(log.header, log.records, args.repeats, meta)
     return result
+
+
+def own_cpu_s(targets) -> Optional[float]:
+    """CPU seconds of the benchmark's client and every server it launched; None when a server was
+    given by URL (its CPU cannot be told from other work on the machine)."""
+    if any(url and role not in targets.launched for role, url in targets.urls.items()):
+        return None
+    servers = [targets.cpu_seconds(role) for role in targets.launched]
+    return None if None in servers else quiet.own_process_s() + sum(servers)
 
 
 def passes_of(records: list[dict]) -> list[dict]:
@@ -230,6 +254,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--stream", action="store_true", help="stream responses (measures the streaming path)")
     p.add_argument("--no-warmup", dest="warmup", action="store_false")
     p.add_argument("--timeout", type=float, default=600.0, help="per-request timeout, seconds")
+    p.add_argument("--max-foreign-share", type=float, default=quiet.DEFAULT_MAX_SHARE,
+                   help="launched servers: a pass during which more than this share of the machine's CPU went "
+                        "to other processes is disturbed, and redone (default %(default)s)")
+    p.add_argument("--redo-disturbed", type=int, default=2,
+                   help="redo a disturbed pass up to this many times, each once the machine is quiet; the last "
+                        "try is kept, marked (default %(default)s)")
+    p.add_argument("--quiet-wait", type=float, default=1800.0,
+                   help="seconds to wait at most for other load to end before a redo (default %(default)s)")
     p.add_argument("--out", type=Path, required=True, help="output folder (holds the run log)")
     return p
 
@@ -239,6 +271,10 @@ def main(argv: Optional[list[str]] = None) -> int:
     for name in ("num_prompts", "max_new_tokens", "concurrency", "repeats"):
         if getattr(args, name) is not None and getattr(args, name) < 1:
             raise SystemExit(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")
+    if not 0 <= args.max_foreign_share <= 1:
+        raise SystemExit(f"--max-foreign-share must be in [0, 1], got {args.max_foreign_share}")
+    if args.redo_disturbed < 0:
+        raise SystemExit(f"--redo-disturbed must be >= 0, got {args.redo_disturbed}")
     try:
         arms = measured_arms(args)
         datasets.parse_tasks(args.dataset)

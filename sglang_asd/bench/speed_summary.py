@@ -151,6 +151,11 @@ def warnings_for(passes: list[dict], rows: list[dict]) -> list[str]:
     if not all(p["fixed_work_ok"] for p in passes):
         out.append("some passes did not produce exactly num_prompts x max_new_tokens tokens: "
                    "the server may not honour ignore_eos, or requests failed")
+    disturbed = [p for p in passes if p.get("disturbed")]
+    if disturbed:
+        worst = max(p["foreign_share"] for p in disturbed)
+        out.append(f"{len(disturbed)} pass(es) ran while other work took up to {worst:.0%} of the machine's CPU "
+                   f"({', '.join(sorted({p['arm'] for p in disturbed}))}); --resume redoes them")
     spec = [p for p in passes if p.get("server") != "plain"]
     if spec and all(p["verify_ct_mean"] is None for p in spec):
         out.append("no spec_verify_ct in responses: the server is not running speculative decoding")

@@ -8,7 +8,9 @@
 # step leaves STEP.done, so after a stop just run this script again (in a fresh checkout it starts
 # from the logs committed under results/; commit OUT's logs there, and finished steps in
 # results/steps_done, before a session ends):
-#   nohup bash docs/measurements/issue12/run_all.sh > OUT/run_all.out 2>&1 &
+#   nohup nice -n 19 bash docs/measurements/issue12/run_all.sh > OUT/run_all.out 2>&1 &
+# (nice: work beside it, tests or CI, keeps the cores; the audits do not depend on timing, and a speed
+# pass that loses CPU to other work is detected and redone, sglang_asd/bench/quiet.py)
 # Run it from a frozen worktree so edits in the main tree cannot change a running server:
 #   git worktree add /work/meas <commit>; cd /work/meas; REPO=/work/meas OUT=/work/main/out/meas bash ...
 # A tool's report of a step that is still running:  python -m sglang_asd.bench.speed --report-only --out DIR

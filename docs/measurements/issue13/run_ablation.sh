@@ -10,7 +10,7 @@
 #
 # Resumable: every step passes --resume and leaves STEP.done; after a stop run the script again (a
 # fresh checkout starts from the logs committed under results/, see steps.sh's chain_seed):
-#   nohup bash docs/measurements/issue13/run_ablation.sh > $OUT/run_ablation.out 2>&1 &
+#   nohup nice -n 19 bash docs/measurements/issue13/run_ablation.sh > $OUT/run_ablation.out 2>&1 &
 # Run it from a frozen worktree so edits in the main tree cannot change a running server:
 #   git worktree add /work/meas13 <commit>; cd /work/meas13; REPO=/work/meas13 OUT=/work/main/out/meas13 bash ...
 # SMOKE=1: the same steps on the SmolLM2 demo pair at toy sizes (checks the script end to end).
