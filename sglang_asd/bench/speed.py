@@ -195,9 +195,9 @@ def build_result(header: dict, records: list[dict], repeats: int, meta: Optional
     passes = sorted(passes_of(records), key=lambda p: (p["repeat"], p["index"]))
     rows = speed_summary.summarize(passes, arms)
     for r in rows:
-        r["speedup_cell"] = report.fmt_ci(r.get("speedup_median"), r.get("speedup_ci"))
+        r["speedup_cell"] = repeats_cell(r.get("speedup_median"), r.get("speedup_ci"), r.get("repeats_n"))
         r["prompt_speedup_cell"] = report.fmt_ci(r.get("prompt_speedup"), r.get("prompt_speedup_ci"))
-        r["cpu_speedup_cell"] = report.fmt_ci(r.get("cpu_speedup_median"), r.get("cpu_speedup_ci"))
+        r["cpu_speedup_cell"] = repeats_cell(r.get("cpu_speedup_median"), r.get("cpu_speedup_ci"), r.get("repeats_n"))
     meta = meta or {}
     return {
         "kind": "asd-speed", "version": 2, "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
@@ -208,6 +208,13 @@ def build_result(header: dict, records: list[dict], repeats: int, meta: Optional
         "plain_server": meta.get("plain_server", fp.get("plain_server")),
         "arms": rows, "passes": passes, "warnings": speed_summary.warnings_for(passes, rows),
     }
+
+
+def repeats_cell(value: Optional[float], ci, repeats: Optional[int]) -> str:
+    """A ratio over repeats with its interval; one repeat has none: ``1.137 (1 repeat)``, not ``[1.137, 1.137]``."""
+    if repeats == 1 and ci is not None and value is not None:
+        return f"{value:.3f} (1 repeat)"
+    return report.fmt_ci(value, ci)
 
 
 def fmt_rate(x: Optional[float]) -> str:

@@ -43,6 +43,13 @@ def test_ratio_uses_mean_of_both_baselines_and_median_over_repeats():
     assert rows["strict"]["speedup_median"] == 1.0 and rows["strict"]["tok_s_median"] == 100
 
 
+def test_one_repeat_shows_no_interval():
+    assert speed.repeats_cell(1.137, (1.137, 1.137), 1) == "1.137 (1 repeat)"
+    assert speed.repeats_cell(1.1, (1.05, 1.2), 3) == "1.100 [1.050, 1.200]"
+    assert speed.repeats_cell(1.0, None, 1) == "1.000"       # strict: the reference, no interval
+    assert speed.repeats_cell(None, None, 0) == "n/a"
+
+
 def test_incomplete_trio_does_not_count():
     passes = _repeat(0, [("strict", 100), ("b8", 110), ("strict", 100), ("b32", 130)])  # b32 has no "after"
     rows = {r["arm"]: r for r in speed_summary.summarize(passes, ARMS)}
