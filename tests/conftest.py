@@ -65,7 +65,7 @@ class Want(NamedTuple):
 
     @property
     def name(self) -> str:
-        return f"{self.config}-{'stock' if self.stock else 'asd'}"
+        return f"{self.config}{'-overlap' if self.overlap else ''}-{'stock' if self.stock else 'asd'}"
 
 
 # Servers a block of tests uses together (see pytest_collection_modifyitems): the pool starts them side
