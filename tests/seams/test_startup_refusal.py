@@ -5,6 +5,7 @@ would mislead every client that sends a budget. ``tests/broken_hook_server.py`` 
 each kind, the way SGLang would let it fail; the server must exit instead of serving.
 """
 
+import concurrent.futures as cf
 import os
 import subprocess
 import sys
@@ -23,15 +24,29 @@ CASES = {
 }
 
 
-@pytest.mark.parametrize("kind", list(CASES))
-def test_a_missing_hook_stops_the_server_with_one_line(kind, tmp_path):
+def _launch(kind: str) -> subprocess.CompletedProcess:
+    from sglang_asd.bench.server import free_port
+
     args = ["--model-path", _fixture_dir("fixture:tiny-llama"), "--speculative-algorithm", "EAGLE",
             "--speculative-draft-model-path", _fixture_dir("fixture:tiny-eagle-noisy"),
             "--speculative-num-steps", "3", "--speculative-num-draft-tokens", "4", "--speculative-eagle-topk", "1",
-            "--dtype", "float32", "--port", "31977"]
+            # 0.8: SGLang's start-up memory check must not trip over the other launch (tests/server_utils.py)
+            "--dtype", "float32", "--mem-fraction-static", "0.8", "--port", str(free_port("127.0.0.1"))]
     env = dict(os.environ, SGLANG_ASD_TEST_BREAK=kind)
-    r = subprocess.run([sys.executable, "-m", "tests.broken_hook_server", *args], capture_output=True, text=True,
-                       timeout=600, env=env)
+    return subprocess.run([sys.executable, "-m", "tests.broken_hook_server", *args], capture_output=True, text=True,
+                          timeout=600, env=env)
+
+
+@pytest.fixture(scope="module")
+def launches():
+    """The four broken servers, two at a time: each launch is mostly SGLang's imports on one core."""
+    with cf.ThreadPoolExecutor(max_workers=2) as pool:
+        yield {kind: pool.submit(_launch, kind) for kind in CASES}
+
+
+@pytest.mark.parametrize("kind", list(CASES))
+def test_a_missing_hook_stops_the_server_with_one_line(kind, launches):
+    r = launches[kind].result(timeout=900)
     assert r.returncode != 0, "the server must not start"
     lines = [line for line in r.stderr.splitlines() if "refusing to serve" in line]
     assert len(lines) == 1, r.stderr[-3000:]
