@@ -22,6 +22,8 @@ import sys
 from pathlib import Path
 from typing import Optional
 
+from sglang_asd.bench.speed import repeats_cell
+
 RULES = ("asd", "local", "margin", "threshold")
 KNOB = {"asd": "asd_budget", "local": "asd_budget", "margin": "asd_margin", "threshold": "asd_threshold"}
 COLORS = {"asd": "tab:blue", "local": "tab:orange", "margin": "tab:green", "threshold": "tab:red"}
@@ -78,10 +80,8 @@ def rows_of(audit: dict, speed: Optional[dict]) -> list[dict]:
 
 
 def _speedup_cell(r: dict) -> str:
-    """The pass ratio with its interval over repeats; one repeat has no interval, and says so."""
-    if r["speedup"] is None or (r["speed_repeats"] or 0) >= 2:
-        return _fmt_ci(r["speedup"], r["speedup_ci"])
-    return f"{r['speedup']:.3f} (1 repeat)" if r["arm"] != "strict" else f"{r['speedup']:.3f}"
+    """The pass ratio with its interval over repeats, as bench.speed writes it (one repeat says so)."""
+    return repeats_cell(r["speedup"], r["speedup_ci"], r["speed_repeats"])
 
 
 def markdown(rows: list[dict], audit: dict, speed: Optional[dict]) -> str:
