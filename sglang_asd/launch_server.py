@@ -151,6 +151,9 @@ def build_argv(argv: list[str]) -> tuple[server_settings.ASDServerSettings, list
     from sglang_asd import cpu_backend
 
     if cpu_backend.is_installed():
+        from sglang_asd.sglang_seams.cpu_paths import gemm_mode
+
+        gemm_mode()  # a bad SGLANG_ASD_CPU_GEMM is a one-line error here, not a scheduler traceback
         rest = cpu_defaults(rest)
     return settings, resolve_fixtures(rest)
 

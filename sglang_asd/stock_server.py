@@ -26,6 +26,9 @@ def main(argv: list[str] | None = None) -> None:
 
     argv = resolve_fixtures(sys.argv[1:] if argv is None else argv)
     if cpu_backend.is_installed():
+        from sglang_asd.sglang_seams.cpu_paths import gemm_mode
+
+        gemm_mode()  # refuse a bad SGLANG_ASD_CPU_GEMM before any process starts
         argv = cpu_defaults(argv)
         from sglang_asd.sglang_seams import platform
 

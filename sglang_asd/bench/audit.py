@@ -37,7 +37,7 @@ from sglang_asd.bench.client import GenRequest, served_model
 from sglang_asd.bench.runlog import RunLog, RunLogError, read_log
 from sglang_asd.bench.metrics import first_errors
 from sglang_asd.bench.runner import PassFailed, preflight, run_pass
-from sglang_asd.bench.server import add_server_args, identity, server_info, target_server
+from sglang_asd.bench.server import add_server_args, identity, server_info, target_server, with_launch_facts
 
 LOG_NAME = "audit_items.jsonl"
 LOG_KIND = "asd-audit-log"
@@ -102,7 +102,7 @@ def run(args: argparse.Namespace, arms: list[Arm], tasks: list[str], speed: Opti
     log_path = args.out / LOG_NAME
     RunLog.precheck(log_path, LOG_KIND, fp, args.resume)
     with target_server(args) as url:
-        info = server_info(url)
+        info = with_launch_facts(server_info(url), launched=args.launch is not None)
         fp["server"] = identity(info)
         model = served_model(requests.Session(), url)
         first = prompts[tasks[0]][0]

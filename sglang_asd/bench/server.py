@@ -27,7 +27,8 @@ import requests
 DERIVED = "<derived>"  # --plain-launch given without ARGS: the --launch args minus speculation
 # What a server says about itself that identifies a measurement (a resumed run must match it).
 IDENTITY_KEYS = ("model_path", "speculative_algorithm", "speculative_num_steps", "speculative_eagle_topk",
-                 "speculative_num_draft_tokens", "speculative_draft_model_path", "dtype", "device", "version")
+                 "speculative_num_draft_tokens", "speculative_draft_model_path", "dtype", "device", "version",
+                 "cpu_gemm")
 INFO_KEYS = IDENTITY_KEYS + ("attention_backend", "disable_radix_cache", "disable_cuda_graph", "tp_size",
                              "launch_command")
 
@@ -199,6 +200,17 @@ def server_info(url: str, attempts: int = 4, timeout: float = 60.0) -> dict:
 
     visit(info, 0)
     return {k: found[k] for k in INFO_KEYS if k in found}
+
+
+def with_launch_facts(info: dict, launched: bool) -> dict:
+    """``info`` plus what a server started by this run shows only through the environment it
+    inherited: on CPU, the linear-layer mode (``cpu_gemm``, ``SGLANG_ASD_CPU_GEMM``,
+    sglang_seams/cpu_paths.py), part of a measurement's identity."""
+    if launched and info.get("device") == "cpu":
+        from sglang_asd.sglang_seams.cpu_paths import gemm_mode
+
+        info = {**info, "cpu_gemm": gemm_mode()}
+    return info
 
 
 def identity(info: dict) -> dict:

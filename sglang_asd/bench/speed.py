@@ -38,7 +38,7 @@ from sglang_asd.bench.metrics import first_errors, result_metrics
 from sglang_asd.bench.runlog import RunLog, RunLogError, read_log
 from sglang_asd.bench.runner import PassFailed, PassResult, preflight, run_pass
 from sglang_asd.bench.server import (add_plain_args, add_server_args, identity, plain_launch, server_info,
-                                     target_servers)
+                                     target_servers, with_launch_facts)
 
 LOG_NAME = "speed_passes.jsonl"
 LOG_KIND = "asd-speed-log"
@@ -103,7 +103,8 @@ def run(args: argparse.Namespace, arms: list[Arm]) -> dict:
     with target_servers(args) as targets:
         urls = targets.urls
         url, plain_url = urls["speculative"], urls["plain"]
-        info = {"server": server_info(url), "plain_server": server_info(plain_url) if plain_url else {}}
+        info = {"server": with_launch_facts(server_info(url), "speculative" in targets.launched),
+                "plain_server": with_launch_facts(server_info(plain_url), "plain" in targets.launched) if plain_url else {}}
         fp.update(server=identity(info["server"]), plain_server=identity(info["plain_server"]))
         model = served_model(requests.Session(), url)
         preflight([(a.label, urls[a.server], GenRequest(text=prompts[0].text, max_new_tokens=1, fields=dict(a.fields),

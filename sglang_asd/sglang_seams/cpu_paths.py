@@ -1,19 +1,65 @@
-"""Seam: ``sglang.srt.mem_cache.allocation.get_last_loc`` on CPU (only with the CPU stand-in).
+"""Seams on SGLang's CPU paths, only with the CPU stand-in (never on a GPU install).
 
-- Hook kind: AROUND; calls SGLang's own ``get_last_loc_torch`` instead of the original.
-- Process: scheduler, only when ``sglang_asd.cpu_backend`` is active (never on a GPU install).
+Process: scheduler (ASD and stock servers alike, so both arms of every comparison run the same
+arithmetic). Nothing here touches the verify step or the ledger: these are the host's own forward
+passes, synchronous on the CPU, so the overlap scheduler's one-step lag and stream order do not
+arise (SGLang turns its overlap scheduler off for CPU speculative decoding anyway).
+
+``sglang.srt.mem_cache.allocation.get_last_loc``
+- Kind: AROUND; calls SGLang's own ``get_last_loc_torch`` instead of the original.
 - Why: ``get_last_loc`` picks its Triton kernel for every attention backend except
   ``torch_native``/``ascend``; with ``intel_amx`` on a CPU, Triton has no driver and the first
   decode with ``--page-size`` > 1 dies ("0 active drivers"). SGLang's plain-torch version computes
   the same thing.
 - Upstream: none yet; the dispatch should also route ``device == "cpu"`` to the torch version.
-- Removal: when SGLang's dispatch does that.
+  Removal: when SGLang's dispatch does that.
+
+``UnquantizedLinearMethod.process_weights_after_loading``, ``UnquantizedLinearMethod.apply`` and
+``UnquantizedLinearMethod.apply_into`` (``sglang.srt.layers.quantization.unquant``): bf16 / fp16
+linear layers with float32 accumulation.
+- Kind: AROUND, all three. After SGLang's own post-load step, a 16-bit linear weight on the CPU is
+  widened to float32 once (exact: every bf16 and fp16 value is a float32 value) and the layer is
+  marked; ``apply`` (and ``apply_into``, which writes into a caller's buffer) of a marked layer computes ``F.linear`` in float32 on the widened input and
+  rounds the output to the activation dtype, once. That is a bf16 linear with float32
+  accumulation: the arithmetic of SGLang's GPU GEMMs (cuBLAS accumulates bf16 products in float32)
+  and of torch's own CPU bf16 kernel; only the order of the summation differs, so an output element
+  can land one bf16 rounding step away from torch's bf16 kernel (about 2 in 10^4 elements on the
+  Qwen2.5 1.5B layer shapes). Activations, the KV cache, norms, embeddings and the LM head stay in
+  the model's dtype.
+- Why: on x86 CPUs without bf16 units (avx512_bf16 / AMX; the project's CI host is AVX2) torch's
+  bf16 GEMM is several times slower than float32: on the Qwen2.5 1.5B layer shapes, one thread,
+  4.0x at 40 rows (a verify pass of 8 requests x 5 tokens) and 1.4x at 8 rows; linear layers are
+  91% of a bf16 Qwen2.5 scheduler's samples under py-spy. Measurements of bf16 models would take
+  days on such a host.
+- Cost: a widened weight takes twice the memory (the 1.5B model's linear weights: 2.6 -> 5.2 GB).
+- Opt out: ``SGLANG_ASD_CPU_GEMM=native`` keeps torch's bf16 kernel (read when the hooks are
+  installed; :func:`gemm_mode`). Benchmarks record the mode with the server's identity.
+- Upstream: SGLang packs CPU weights after loading for AMX only (``_amx_process_weight_after_loading``);
+  a float32-accumulate layout for CPUs without bf16 units would belong beside it.
 - Tested on: sglang 0.5.23.
 """
 
 from __future__ import annotations
 
+import os
+
 GET_LAST_LOC = "sglang.srt.mem_cache.allocation.get_last_loc"
+UNQUANT_LINEAR = "sglang.srt.layers.quantization.unquant.UnquantizedLinearMethod"
+LINEAR_POSTLOAD = UNQUANT_LINEAR + ".process_weights_after_loading"
+LINEAR_APPLY = UNQUANT_LINEAR + ".apply"
+LINEAR_APPLY_INTO = UNQUANT_LINEAR + ".apply_into"
+
+GEMM_ENV = "SGLANG_ASD_CPU_GEMM"
+GEMM_MODES = ("fp32-accumulate", "native")
+WIDENED = "_sglang_asd_fp32_accumulate"  # attribute marking a widened layer
+
+
+def gemm_mode() -> str:
+    """The CPU linear-layer mode this process uses: ``fp32-accumulate`` (default) or ``native``."""
+    mode = os.environ.get(GEMM_ENV, GEMM_MODES[0]).strip().lower() or GEMM_MODES[0]
+    if mode not in GEMM_MODES:
+        raise ValueError(f"{GEMM_ENV}={mode!r}: expected one of {', '.join(GEMM_MODES)}")
+    return mode
 
 
 def get_last_loc_around(original, req_to_token, req_pool_indices_tensor, prefix_lens_tensor):
@@ -22,7 +68,60 @@ def get_last_loc_around(original, req_to_token, req_pool_indices_tensor, prefix_
     return get_last_loc_torch(req_to_token, req_pool_indices_tensor, prefix_lens_tensor)
 
 
+def widen_linear_weight(layer) -> bool:
+    """Widen ``layer.weight`` (bf16 / fp16, on the CPU) to float32 in place and mark the layer.
+
+    Returns whether it did. The Parameter object stays the same (only its data changes), so nothing
+    holding the parameter is left with a stale tensor.
+    """
+    import torch
+
+    weight = getattr(layer, "weight", None)
+    if (not isinstance(weight, torch.Tensor) or weight.device.type != "cpu"
+            or weight.dtype not in (torch.bfloat16, torch.float16) or weight.dim() != 2):
+        return False
+    weight.data = weight.data.to(torch.float32)
+    setattr(layer, WIDENED, True)
+    return True
+
+
+def fp32_accumulate_linear(x, weight, bias=None):
+    """``F.linear(x, weight, bias)`` for a 16-bit ``x`` and a widened float32 ``weight``: float32
+    products and sums, rounded once to ``x.dtype``. The plain-torch definition the hook serves."""
+    import torch
+    import torch.nn.functional as F
+
+    out = F.linear(x.to(torch.float32), weight, None if bias is None else bias.to(torch.float32))
+    return out.to(x.dtype)
+
+
+def linear_postload_around(original, method, layer, *args, **kwargs):
+    result = original(method, layer, *args, **kwargs)
+    widen_linear_weight(layer)
+    return result
+
+
+def linear_apply_around(original, method, layer, x, bias=None, *args, **kwargs):
+    if getattr(layer, WIDENED, False) and x.dtype != layer.weight.dtype and not args and not kwargs:
+        return fp32_accumulate_linear(x, layer.weight, bias)
+    return original(method, layer, x, bias, *args, **kwargs)
+
+
+def linear_apply_into_around(original, method, layer, x, output, bias=None, *args, **kwargs):
+    if getattr(layer, WIDENED, False) and x.dtype != layer.weight.dtype and not args and not kwargs:
+        return output.copy_(fp32_accumulate_linear(x, layer.weight, bias))
+    return original(method, layer, x, output, bias, *args, **kwargs)
+
+
+def linear_hooks() -> list:
+    return [(LINEAR_POSTLOAD, linear_postload_around), (LINEAR_APPLY, linear_apply_around),
+            (LINEAR_APPLY_INTO, linear_apply_into_around)]
+
+
 def hooks() -> list:
+    """The CPU hooks this process needs: none on a GPU install; the linear pair unless opted out."""
     from sglang_asd import cpu_backend
 
-    return [(GET_LAST_LOC, get_last_loc_around)] if cpu_backend.is_installed() else []
+    if not cpu_backend.is_installed():
+        return []
+    return [(GET_LAST_LOC, get_last_loc_around)] + (linear_hooks() if gemm_mode() == "fp32-accumulate" else [])

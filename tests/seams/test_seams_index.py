@@ -18,13 +18,18 @@ def _rows():
     return {m.group(1): m for m in rows}
 
 
+def _cpu_hooks():
+    from sglang_asd.sglang_seams import cpu_paths
+
+    return [(cpu_paths.GET_LAST_LOC, cpu_paths.get_last_loc_around), *cpu_paths.linear_hooks()]
+
+
 def _registered():
     from sglang_asd import sglang_seams
-    from sglang_asd.sglang_seams import cpu_paths
 
     hooks = sglang_seams.scheduler_hooks(ASDServerSettings(standalone_draft_fix=True))
     hooks += sglang_seams.frontend_hooks()
-    hooks.append((cpu_paths.GET_LAST_LOC, cpu_paths.get_last_loc_around))  # registered only on CPU
+    hooks += _cpu_hooks()  # registered only on CPU (the linear ones unless SGLANG_ASD_CPU_GEMM=native)
     return {target: hook for target, hook in hooks}
 
 
@@ -53,5 +58,5 @@ def test_the_standalone_fix_hooks_are_opt_in():
     default = {t for t, _ in sglang_seams.scheduler_hooks(ASDServerSettings())}
     assert not any("standalone" in t or "prepare_for_draft" in t for t in default)
     assert {t for t, m in _rows().items() if "--asd-standalone-draft-fix" in m.group(2)} == (
-        set(_registered()) - default - {"sglang.srt.mem_cache.allocation.get_last_loc"}
+        set(_registered()) - default - {t for t, _ in _cpu_hooks()}
         - {t for t in _rows() if "frontend" in _rows()[t].group(2)})

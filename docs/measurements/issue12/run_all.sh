@@ -18,6 +18,9 @@ set -uo pipefail
 
 source "$(dirname "$0")/../steps.sh"
 chain_setup meas run_all.log
+# bf16 linear layers with float32 accumulation (the default; stated because every table names it,
+# docs/BENCHMARKS.md). results_native_bf16/ holds the runs made with torch's own bf16 kernel before.
+export SGLANG_ASD_CPU_GEMM=fp32-accumulate
 
 # Two Qwen servers (speculative + plain) must fit beside other work: SGLang's CPU memory check needs a
 # larger static fraction than the launcher's default 0.3 once one is loaded, and a smaller KV pool
