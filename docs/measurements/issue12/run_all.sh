@@ -42,9 +42,11 @@ log "run_all.sh at $(git -C "$REPO" rev-parse --short HEAD) -> $OUT"
 # A fresh checkout continues from the run logs published under results/ (steps_done: finished steps).
 chain_seed "$REPO/docs/measurements/issue12/results"
 
-# Order: the cheap demo first, then one repeat of the Qwen speed table, a first paired audit (20
-# items per task), then the speed repeats and the larger audits; each later step grows the same
-# run logs (--resume), so a stop at any point leaves complete tables of some size.
+# Order: a first paired audit (20 items per task) first, since audits do not depend on timing and so
+# progress while the machine is used for other work; then the demo and one repeat of the Qwen speed
+# table (speed passes wait for a quiet machine, sglang_asd/bench/quiet.py), then the speed repeats
+# and the larger audits; each later step grows the same run logs (--resume), so a stop at any point
+# leaves complete tables of some size.
 G25=asd_gate=0.25
 ARMS="--budgets 0 --arms b2:asd_budget=2,$G25;b8:asd_budget=8,$G25;b32:asd_budget=32,$G25;b8g0.5:asd_budget=8,asd_gate=0.5"
 qwen_speed() {  # qwen_speed CONCURRENCY REPEATS
@@ -67,7 +69,8 @@ smol_speed() {  # smol_speed CONCURRENCY REPEATS
 
 # 1. The demo, one speed repeat (plain, strict, budgets 2/8/32 at gate 0.25, budget 8 at gate 0.5;
 # a request may lower the server's gate, never raise it: the server runs at --asd-gate 0.5 and
-# every arm states its gate), and a first audit.
+# every arm states its gate), after a first audit.
+qwen_audit qwen_audit_l20 0,8 20
 smol_speed 1 1
 qwen_speed 1 1
 # Issue 9: stock STANDALONE vs the draft-input fix, both pairs, strict and budget 8 (short)
@@ -79,7 +82,6 @@ for pair in smol qwen; do
         --max-new-tokens 64 --concurrency 1 --repeats 2 $LONG --out "$OUT/standalone_fix/${pair}_fixed"
 done
 
-qwen_audit qwen_audit_l20 0,8 20
 qwen_speed 4 1
 # 2. Three speed repeats, then the audit at 50 and 100 items per task
 for r in 2 3; do qwen_speed 1 $r; qwen_speed 4 $r; done
