@@ -13,7 +13,7 @@ serve: setup
 	$(PY) -m sglang_asd.launch_server $(ARGS)
 
 test: setup
-	$(PY) -m pytest -q -ra --timeout=900 tests
+	bash scripts/run_tests.sh
 
 test-fast: setup
 	$(PY) -m pytest -q -ra -m "not server" tests

@@ -38,6 +38,9 @@ CONFIGS = {
 
 # sglang-asd flags of a configuration (the stock server of the same name runs without them).
 ASD_ARGS = {
+    # margin and threshold ceilings above their defaults, so the rule tests (test_asd_rules) can trigger
+    # exceptions with the tiny noisy draft on the same server as everything else on EAGLE
+    "eagle": ["--asd-margin", "2", "--asd-threshold", "1"],
     "standalone_fix": ["--asd-standalone-draft-fix"],
     "standalone_self": ["--asd-standalone-draft-fix"],
 }

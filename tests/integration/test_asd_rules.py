@@ -15,9 +15,9 @@ PROMPTS = ["The quick brown fox", "def add(a, b):", "Once upon a time in a land 
 ALGORITHMS = ["standalone", "eagle", "eagle_tree", "eagle3", "ngram"]
 GATE_OFF = {"asd": {"asd_gate": 0}, "local": {"asd_max_exceptions_per_block": 0}, "margin": {"asd_margin": 0},
             "threshold": {"asd_threshold": 0}}
-# per-token limits generous enough that the tiny noisy drafts trigger exceptions under every rule
+# per-token limits generous enough that the tiny noisy drafts trigger exceptions under every rule (the
+# EAGLE test server's ceilings allow them: ASD_ARGS in tests/conftest.py)
 LOOSE = {"asd": {}, "local": {}, "margin": {"asd_margin": 2.0}, "threshold": {"asd_threshold": 1.0}}
-LOOSE_SERVER = ("--asd-margin", "2", "--asd-threshold", "1")
 
 
 def _outputs(server, **params):
@@ -28,8 +28,7 @@ def _outputs(server, **params):
 def test_every_rule_at_budget_zero_or_gate_zero_is_strict(servers, algorithm):
     """The server's no-budget output is stock SGLang's (tests/integration/test_identity.py); every
     rule with budget 0, or with its own gate 0, must give exactly that output. The identity tests'
-    servers (every rule allowed; margin and threshold ceilings at their defaults, which a gate of 0
-    is within)."""
+    servers (every rule allowed; a gate of 0 is within every margin and threshold ceiling)."""
     server = servers.get(algorithm)
     strict = _outputs(server)
     for rule, off in GATE_OFF.items():
@@ -53,9 +52,10 @@ def _check_rule_receipt(receipt: dict, rule: str, budget: float):
         assert receipt["threshold"] == 1.0 and all(e["regret"] <= 1.0 for e in receipt["events"])
 
 
+@pytest.mark.server_group("eagle")
 @pytest.mark.parametrize("rule", ["asd", "local", "margin", "threshold"])
 def test_each_rule_on_generate_with_receipts(servers, rule):
-    server = servers.get("eagle", extra=LOOSE_SERVER)
+    server = servers.get("eagle")
     spent, budget = 0.0, 2.0
     for p in PROMPTS:
         strict = server.generate(p, max_new_tokens=32, ignore_eos=True)
@@ -76,9 +76,10 @@ def _sse(resp):
             yield json.loads(line[6:])
 
 
+@pytest.mark.server_group("eagle")
 @pytest.mark.parametrize("rule", ["local", "margin", "threshold"])
 def test_each_rule_on_the_openai_routes_and_streams(servers, rule):
-    server = servers.get("eagle", extra=LOOSE_SERVER)
+    server = servers.get("eagle")
     base = server.url + "/v1"
     fields = {"asd_budget": 4, "asd_rule": rule, **LOOSE[rule]}
     r = requests.post(base + "/completions", json={"model": "default", "prompt": "Once upon a time", "max_tokens": 24,
@@ -102,8 +103,9 @@ def test_each_rule_on_the_openai_routes_and_streams(servers, rule):
     _check_rule_receipt(chunks[-1]["meta_info"]["asd"], rule, 4.0)
 
 
+@pytest.mark.server_group("eagle")
 def test_bad_rule_fields_are_400_naming_field_and_value(servers):
-    server = servers.get("eagle", extra=LOOSE_SERVER)
+    server = servers.get("eagle")
     cases = [({"asd_rule": "fuzzy"}, "asd_rule must be one of asd, local, margin, threshold, got 'fuzzy'"),
              ({"asd_rule": "margin", "asd_margin": 3}, "asd_margin must be a finite number in [0, 2], got 3"),
              ({"asd_threshold": 0.5}, "asd_threshold does not apply to asd_rule=asd")]
@@ -114,8 +116,9 @@ def test_bad_rule_fields_are_400_naming_field_and_value(servers):
         assert r.status_code == 400 and message in r.json()["message"], r.text
 
 
+@pytest.mark.server_group("eagle")
 def test_metrics_carry_the_rule_label(servers):
-    server = servers.get("eagle", extra=LOOSE_SERVER)
+    server = servers.get("eagle")
     for rule in ("margin", "threshold"):
         server.generate("Once upon a time in a land far away", max_new_tokens=32, ignore_eos=True, asd_budget=4,
                         asd_rule=rule, **LOOSE[rule])
