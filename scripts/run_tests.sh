@@ -12,16 +12,17 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 PY=${PY:-.venv/bin/python}
 
-run() {  # run NAME MARKEXPR ARGS...: pytest with its output prefixed, line-buffered
-    local name=$1 expr=$2; shift 2
-    "$PY" -u -m pytest -q -ra --timeout=900 -m "$expr" "$@" tests 2>&1 | sed -u "s/^/[$name] /"
+run() {  # run NAME MARKEXPR VERBOSITY ARGS...: pytest with its output prefixed, line-buffered
+    local name=$1 expr=$2 verbosity=$3; shift 3
+    "$PY" -u -m pytest "$verbosity" -ra --timeout=900 -m "$expr" "$@" tests 2>&1 | sed -u "s/^/[$name] /"
     return "${PIPESTATUS[0]}"
 }
 
 start=$(date +%s)
-run server "server" "$@" &
+# -v for the server tests: a line per test (each takes seconds to minutes), so progress shows
+run server "server" -v "$@" &
 server_pid=$!
-run other "not server" "$@"
+run other "not server" -q "$@"
 other_rc=$?
 echo "[other] finished (exit status $other_rc) after $(( $(date +%s) - start )) s; the server tests continue"
 wait "$server_pid"

@@ -34,6 +34,9 @@ CONFIGS = {
                     "--speculative-draft-model-path", "fixture:tiny-eagle-exact", *SPEC_TINY],
     "ngram": ["--model-path", "fixture:tiny-llama", "--speculative-algorithm", "NGRAM",
               "--speculative-num-draft-tokens", "4"],
+    # bf16 (the CPU launcher's default dtype): linear layers with float32 accumulation (sglang_seams/cpu_paths.py)
+    "eagle_bf16": ["--model-path", "fixture:tiny-llama", "--speculative-algorithm", "EAGLE",
+                   "--speculative-draft-model-path", "fixture:tiny-eagle-noisy", *SPEC_TINY, "--dtype", "bfloat16"],
 }
 
 # sglang-asd flags of a configuration (the stock server of the same name runs without them).
@@ -76,6 +79,7 @@ class Want(NamedTuple):
 GROUP_SERVERS = {
     "paged_streaming": (Want("eagle", True, PAGED_STREAMING), Want("eagle", False, PAGED_STREAMING)),
     "overlap": (Want("eagle", overlap=True), Want("eagle", True, overlap=True)),
+    "bf16": (Want("eagle_bf16", True), Want("eagle_bf16")),
 }
 
 # Run order of the tests parametrized over ``algorithm``; tests marked ``server_group(NAME)`` with NAME

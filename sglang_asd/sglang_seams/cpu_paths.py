@@ -41,7 +41,10 @@ linear layers with float32 accumulation.
 
 from __future__ import annotations
 
+import logging
 import os
+
+logger = logging.getLogger(__name__)
 
 GET_LAST_LOC = "sglang.srt.mem_cache.allocation.get_last_loc"
 UNQUANT_LINEAR = "sglang.srt.layers.quantization.unquant.UnquantizedLinearMethod"
@@ -52,6 +55,7 @@ LINEAR_APPLY_INTO = UNQUANT_LINEAR + ".apply_into"
 GEMM_ENV = "SGLANG_ASD_CPU_GEMM"
 GEMM_MODES = ("fp32-accumulate", "native")
 WIDENED = "_sglang_asd_fp32_accumulate"  # attribute marking a widened layer
+_ANNOUNCED = False
 
 
 def gemm_mode() -> str:
@@ -96,8 +100,13 @@ def fp32_accumulate_linear(x, weight, bias=None):
 
 
 def linear_postload_around(original, method, layer, *args, **kwargs):
+    global _ANNOUNCED
     result = original(method, layer, *args, **kwargs)
-    widen_linear_weight(layer)
+    dtype = getattr(getattr(layer, "weight", None), "dtype", None)
+    if widen_linear_weight(layer) and not _ANNOUNCED:  # once per process, in the model-loading log
+        _ANNOUNCED = True
+        logger.info("sglang_asd: %s linear layers run with float32 accumulation (weights widened to float32 "
+                    "at load; %s=native keeps torch's kernel)", str(dtype).removeprefix("torch."), GEMM_ENV)
     return result
 
 

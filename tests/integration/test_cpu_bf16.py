@@ -1,0 +1,26 @@
+"""A bf16 server on CPU (the launcher's default dtype): linear layers with float32 accumulation
+(``sglang_seams/cpu_paths.py``) in stock SGLang and in ASD alike, so budget 0 is still stock SGLang
+token for token, and budgets spend within their receipts. The rest of the suite serves float32
+(near-ties in bf16 depend on batch shapes; these checks use one request at a time)."""
+
+import pytest
+
+from tests.server_utils import check_receipt
+
+pytestmark = [pytest.mark.server, pytest.mark.server_group("bf16")]
+
+PROMPTS = ["The quick brown fox", "def add(a, b):", "Once upon a time in a land far away"]
+ANNOUNCED = "sglang_asd: bfloat16 linear layers run with float32 accumulation"
+
+
+def test_bf16_budget_zero_is_stock_with_float32_accumulation(servers):
+    stock, asd = servers.get("eagle_bf16", stock=True), servers.get("eagle_bf16")
+    for server in (stock, asd):
+        assert ANNOUNCED in server.log_path.read_text(errors="replace"), f"{server.name}: layers not widened"
+    spent = 0.0
+    for prompt in PROMPTS:
+        reference = stock.generate(prompt, max_new_tokens=24, ignore_eos=True)["output_ids"]
+        assert asd.generate(prompt, max_new_tokens=24, ignore_eos=True)["output_ids"] == reference, prompt
+        assert asd.generate(prompt, max_new_tokens=24, ignore_eos=True, asd_budget=0)["output_ids"] == reference
+        spent += check_receipt(asd.generate(prompt, max_new_tokens=24, ignore_eos=True, asd_budget=8), 8.0)["spent"]
+    assert spent > 0, "the noisy EAGLE head must trigger exceptions in bf16 too"
