@@ -13,7 +13,7 @@ serve: setup
 	$(PY) -m sglang_asd.launch_server $(ARGS)
 
 test: setup
-	bash scripts/run_tests.sh
+	$(PY) -m pytest -q -ra --timeout=900 tests
 
 test-fast: setup
 	$(PY) -m pytest -q -ra -m "not server" tests
