@@ -21,7 +21,9 @@ LOOSE = {"asd": {}, "local": {}, "margin": {"asd_margin": 2.0}, "threshold": {"a
 
 
 def _outputs(server, **params):
-    return [server.generate(p, max_new_tokens=24, **params)["output_ids"] for p in PROMPTS]
+    """The four prompts as one batch request (SGLang schedules them together; the identity tests check
+    single requests, and test_asd_serving that concurrent requests decode as they do alone)."""
+    return [out["output_ids"] for out in server.generate(PROMPTS, max_new_tokens=24, **params)]
 
 
 @pytest.mark.parametrize("algorithm", ALGORITHMS)
