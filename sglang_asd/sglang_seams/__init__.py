@@ -119,7 +119,6 @@ def install_cpu_path_hooks() -> list[tuple[str, Callable]]:
     if hooks:
         _register_and_apply(hooks, preload=("sglang.srt.managers.scheduler",))
         check_installed([t for t, _ in hooks])
-        logger.info("sglang_asd: CPU linear layers: %s (%s)", cpu_paths.gemm_mode(), cpu_paths.GEMM_ENV)
     return hooks
 
 

@@ -19,8 +19,9 @@ arise (SGLang turns its overlap scheduler off for CPU speculative decoding anywa
 linear layers with float32 accumulation.
 - Kind: AROUND, all three. After SGLang's own post-load step, a 16-bit linear weight on the CPU is
   widened to float32 once (exact: every bf16 and fp16 value is a float32 value) and the layer is
-  marked; ``apply`` (and ``apply_into``, which writes into a caller's buffer) of a marked layer computes ``F.linear`` in float32 on the widened input and
-  rounds the output to the activation dtype, once. That is a bf16 linear with float32
+  marked; ``apply`` (and ``apply_into``, which writes into a caller's buffer) of a marked layer
+  computes ``F.linear`` in float32 on the widened input and rounds the output to the activation
+  dtype, once. That is a bf16 linear with float32
   accumulation: the arithmetic of SGLang's GPU GEMMs (cuBLAS accumulates bf16 products in float32)
   and of torch's own CPU bf16 kernel; only the order of the summation differs, so an output element
   can land one bf16 rounding step away from torch's bf16 kernel (about 2 in 10^4 elements on the
@@ -33,7 +34,8 @@ linear layers with float32 accumulation.
   days on such a host.
 - Cost: a widened weight takes twice the memory (the 1.5B model's linear weights: 2.6 -> 5.2 GB).
 - Opt out: ``SGLANG_ASD_CPU_GEMM=native`` keeps torch's bf16 kernel (read when the hooks are
-  installed; :func:`gemm_mode`). Benchmarks record the mode with the server's identity.
+  installed; :func:`gemm_mode`). The model-loading log says once per process when layers were
+  widened; benchmarks record the mode with the server's identity.
 - Upstream: SGLang packs CPU weights after loading for AMX only (``_amx_process_weight_after_loading``);
   a float32-accumulate layout for CPUs without bf16 units would belong beside it.
 - Tested on: sglang 0.5.23.
@@ -128,7 +130,7 @@ def linear_hooks() -> list:
 
 
 def hooks() -> list:
-    """The CPU hooks this process needs: none on a GPU install; the linear pair unless opted out."""
+    """The CPU hooks this process needs: none on a GPU install; the linear hooks unless opted out."""
     from sglang_asd import cpu_backend
 
     if not cpu_backend.is_installed():
