@@ -24,10 +24,18 @@ q and k absolute positions in the row:
   attention ``[enc_len, enc_len + seq_len)`` (torch_native's convention).
 Scores and the softmax run in float32; the output is cast to ``o``'s dtype.
 A row with no visible key (and no sink) gets zeros.
+
+Layout: keys and values are gathered head-major (``[B, Hkv, N, D]`` float32, one copy from the
+pool) and the G query heads of a KV head go as G * M rows of one matmul, so no K/V tensor is
+copied per query head. Extend calls whose rows have a few new tokens each (speculative verify,
+draft extend) run all rows as one padded batch; ragged prefills, long chunks and cross-attention
+go row by row (``_batch_fits``). Both paths compute the same masked softmax; they can differ in
+the last float32 bits (other matmul shapes, so another summation order).
 """
 
 from __future__ import annotations
 
+import functools
 from typing import Optional
 
 import torch
@@ -38,22 +46,23 @@ _SCORE_BLOCK_ELEMS = 1 << 24
 
 def _attend(
     q: torch.Tensor,  # [B, M, H, Dk]
-    k: torch.Tensor,  # [B, N, Hkv, Dk] float32
-    v: torch.Tensor,  # [B, N, Hkv, Dv] float32
+    k: torch.Tensor,  # [B, Hkv, N, Dk] float32
+    v: torch.Tensor,  # [B, Hkv, N, Dv] float32
     visible: torch.Tensor,  # [B, M, N] bool
     sm_scale: float,
     logit_cap: Optional[float],
     sinks: Optional[torch.Tensor],  # [H]
 ) -> torch.Tensor:  # [B, M, H, Dv] float32
     B, M, H, Dk = q.shape
-    Hkv = k.shape[2]
+    Hkv, N = k.shape[1], k.shape[2]
     G = H // Hkv
-    qg = q.float().reshape(B, M, Hkv, G, Dk).permute(0, 2, 3, 1, 4)  # [B, Hkv, G, M, Dk]
-    kt = k.permute(0, 2, 3, 1).unsqueeze(2)  # [B, Hkv, 1, Dk, N]
-    s = torch.matmul(qg, kt) * sm_scale  # [B, Hkv, G, M, N]
+    # The G query heads of a KV head go as G * M rows of one matmul against that head's keys
+    # (broadcasting K over G would copy it G times).
+    qg = q.float().reshape(B, M, Hkv, G, Dk).permute(0, 2, 3, 1, 4).reshape(B, Hkv, G * M, Dk)
+    s = torch.matmul(qg, k.transpose(2, 3)).view(B, Hkv, G, M, N) * sm_scale
     if logit_cap is not None and logit_cap > 0:
         s = logit_cap * torch.tanh(s / logit_cap)
-    s = s.masked_fill(~visible.reshape(B, 1, 1, M, -1), float("-inf"))
+    s = s.masked_fill(~visible.reshape(B, 1, 1, M, N), float("-inf"))
     m = s.amax(-1, keepdim=True)  # [B, Hkv, G, M, 1]
     if sinks is not None:
         sink = sinks.float().reshape(1, Hkv, G, 1, 1)
@@ -63,7 +72,7 @@ def _attend(
     denom = p.sum(-1, keepdim=True)
     if sinks is not None:
         denom = denom + torch.exp(sink - m)
-    o = torch.matmul(p, v.permute(0, 2, 1, 3).unsqueeze(2))  # [B, Hkv, G, M, Dv]
+    o = torch.matmul(p.view(B, Hkv, G * M, N), v).view(B, Hkv, G, M, -1)
     o = torch.where(denom > 0, o / denom.clamp_min(torch.finfo(torch.float32).tiny), torch.zeros_like(o))
     return o.permute(0, 3, 1, 2, 4).reshape(B, M, H, -1)
 
@@ -76,20 +85,21 @@ def _gather_kv(
     lens: torch.Tensor,  # [B] int64
     width: int,  # N >= max(lens)
     scale: float,
-) -> tuple[torch.Tensor, torch.Tensor]:  # ([B, N, Hkv, D] float32, [B, N] valid)
+) -> tuple[torch.Tensor, torch.Tensor]:  # ([B, Hkv, N, D] float32, [B, N] valid)
     col = torch.arange(width)
     valid = col < lens.unsqueeze(1)
     cols = (start.unsqueeze(1) + col).clamp(max=req_to_token.shape[1] - 1)
     slots = req_to_token[rows.unsqueeze(1), cols].to(torch.int64)
     slots = torch.where(valid, slots, torch.zeros_like(slots))  # padding reads slot 0 (masked)
-    kv = buffer[slots].float()
+    # head-major and float32 in one copy, so the matmuls read each head's keys as one matrix
+    kv = buffer[slots].transpose(1, 2).to(torch.float32, memory_format=torch.contiguous_format)
     if scale != 1.0:
         kv = kv * scale
     return kv, valid
 
 
 def _row_kv(buffer: torch.Tensor, req_to_token: torch.Tensor, row: int, start: int, n: int, scale: float):
-    """Positions ``[start, start + n)`` of pool row ``row`` as ``[n, Hkv, D]`` float32."""
+    """Positions ``[start, start + n)`` of pool row ``row`` as ``[n, Hkv, D]`` float32 (token-major)."""
     kv = buffer[req_to_token[row, start : start + n].to(torch.int64)].float()
     return kv * scale if scale != 1.0 else kv
 
@@ -224,13 +234,94 @@ def extend_attention_cpu(
     enc = encoder_lens.reshape(-1).to(torch.int64) if encoder_lens is not None else torch.zeros_like(seq)
     rows = req_pool_indices.reshape(-1).to(torch.int64)
     window = sliding_window_size if (sliding_window_size > 0 and not is_cross_attention) else 0
-    mask_off, mask_full = (None, False)
+    flat_mask, mask_off, mask_full = None, None, False
     if tree_mask is not None and not is_cross_attention:
         mask_off, mask_full = _tree_mask_offsets(tree_mask, prefix, ext)
         flat_mask = tree_mask.reshape(-1).to(torch.bool)
-    H = q_extend.shape[1]
+    if not is_cross_attention and _batch_fits(q_extend.shape[1], prefix, ext, window):
+        extend = _extend_batched
+    else:
+        extend = functools.partial(_extend_rows, is_cross_attention=is_cross_attention)
+    extend(
+        q_extend, k_extend, v_extend, o_extend, k_buffer, v_buffer, key_scale, value_scale, req_to_token, rows,
+        prefix, ext, qstart, enc, window, flat_mask, mask_off, mask_full, sm_scale, logit_cap, sinks, is_causal,
+    )  # fmt: skip
 
-    for b in range(bs):  # rows have ragged lengths; everything inside is vectorized
+
+# Largest padding overhead (padded score elements / ragged ones) at which the rows go as one batch;
+# below _BATCH_ALWAYS padded elements per head the per-row op overhead dominates whatever the padding.
+_BATCH_PAD_RATIO = 2.0
+_BATCH_ALWAYS = 1 << 16
+
+
+def _prefix_start(prefix: torch.Tensor, window: int) -> torch.Tensor:
+    """First prefix position a row's first query can see: with a window, keys k > P - window."""
+    return (prefix - window + 1).clamp(min=0) if window else torch.zeros_like(prefix)
+
+
+def _batch_fits(H: int, prefix: torch.Tensor, ext: torch.Tensor, window: int) -> bool:
+    """Whether all rows go through ``_extend_batched``: one score block in memory, little padding."""
+    kv = prefix - _prefix_start(prefix, window) + ext  # keys per row
+    padded = ext.numel() * int(ext.max()) * (int((kv - ext).max()) + int(ext.max()))
+    ragged = int((ext * kv).sum())
+    return padded * H <= _SCORE_BLOCK_ELEMS and padded <= max(_BATCH_PAD_RATIO * ragged, _BATCH_ALWAYS)
+
+
+def _extend_batched(
+    q_extend, k_extend, v_extend, o_extend, k_buffer, v_buffer, key_scale, value_scale, req_to_token, rows,
+    prefix, ext, qstart, enc, window, flat_mask, mask_off, mask_full, sm_scale, logit_cap, sinks, is_causal,
+) -> None:  # fmt: skip
+    """All rows in one ``_attend``, padded to the longest: the speculative verify and draft-extend
+    shapes (a few new tokens per row, similar prefixes), where a Python loop over rows would cost
+    more than the arithmetic. Each row's keys are its positions ``[p0, P + L)`` gathered from the
+    cache in one pass, the extend columns then overwritten by ``k_extend``/``v_extend`` when given
+    (exactly what ``_extend_rows`` attends to); padded keys are masked, padded queries dropped."""
+    B, M = ext.numel(), int(ext.max())
+    if M == 0:
+        return
+    p0 = _prefix_start(prefix, window)
+    plen = prefix - p0
+    kv_len = plen + ext
+    N = int(kv_len.max())
+    k, kv_valid = _gather_kv(k_buffer, req_to_token, rows, enc + p0, kv_len, N, key_scale)
+    v, _ = _gather_kv(v_buffer, req_to_token, rows, enc + p0, kv_len, N, value_scale)
+    i = torch.arange(M)
+    ext_valid = i < ext.unsqueeze(1)  # [B, M]: real queries
+    tok = torch.where(ext_valid, qstart.unsqueeze(1) + i, torch.zeros_like(i))  # row of q/k/v/o_extend
+    if k_extend is not None and v_extend is not None:
+        b_idx = torch.arange(B).unsqueeze(1).expand(B, M)[ext_valid]
+        col = (plen.unsqueeze(1) + i)[ext_valid]
+        src = tok[ext_valid]
+        k.transpose(1, 2)[b_idx, col] = k_extend[src].float()
+        v.transpose(1, 2)[b_idx, col] = v_extend[src].float()
+
+    qi = i.view(1, M, 1)
+    e = torch.arange(N).view(1, 1, N) - plen.view(B, 1, 1)  # extend index of each key column (< 0: prefix)
+    is_ext = (e >= 0) & kv_valid.unsqueeze(1)  # [B, 1, N]
+    if flat_mask is not None:
+        stride = (prefix + ext) if mask_full else ext  # row length of the mask block
+        skip = prefix if mask_full else torch.zeros_like(prefix)  # FULL blocks start with the prefix columns
+        idx = mask_off.view(B, 1, 1) + qi * stride.view(B, 1, 1) + skip.view(B, 1, 1) + e
+        in_block = is_ext & ext_valid.unsqueeze(2)
+        ext_vis = flat_mask[torch.where(in_block, idx, torch.zeros_like(idx))] & in_block
+    else:
+        ext_vis = is_ext & (e <= qi) if is_causal else is_ext
+    visible = ext_vis | (kv_valid.unsqueeze(1) & (e < 0))  # the prefix is always visible
+    if window:  # query P + i, key P + e: distance i - e
+        dist = qi - e
+        visible = visible & ((dist < window) if (is_causal or flat_mask is not None) else (dist.abs() < window))
+    o = _attend(q_extend[tok], k, v, visible.expand(B, M, N), sm_scale, logit_cap, sinks)
+    o_extend[tok[ext_valid]] = o[ext_valid].to(o_extend.dtype)
+
+
+def _extend_rows(
+    q_extend, k_extend, v_extend, o_extend, k_buffer, v_buffer, key_scale, value_scale, req_to_token, rows,
+    prefix, ext, qstart, enc, window, flat_mask, mask_off, mask_full, sm_scale, logit_cap, sinks, is_causal,
+    is_cross_attention: bool,
+) -> None:  # fmt: skip
+    """One row at a time, query blocks bounded in memory: ragged prefills, long chunks, cross-attention."""
+    H = q_extend.shape[1]
+    for b in range(ext.numel()):  # rows have ragged lengths; everything inside is vectorized
         L, P, q0, row = int(ext[b]), int(prefix[b]), int(qstart[b]), int(rows[b])
         if L == 0:
             continue
@@ -285,8 +376,8 @@ def extend_attention_cpu(
             vis = visible_fn(qpos[m0:m1], kpos)
             o = _attend(
                 q_extend[q0 + m0 : q0 + m1].unsqueeze(0),
-                k.unsqueeze(0),
-                v.unsqueeze(0),
+                k.transpose(0, 1).unsqueeze(0),
+                v.transpose(0, 1).unsqueeze(0),
                 vis.unsqueeze(0),
                 sm_scale,
                 logit_cap,

@@ -9,6 +9,7 @@ from sglang_asd.testing import eagle_draft
 
 H, HKV, DK, DV = 4, 2, 16, 8  # GQA: two query heads per KV head; V narrower than K
 NUM_SLOTS, POOL_LEN = 256, 48
+BATCH_FITS = ops._batch_fits  # the op's own choice, before the fixture below forces one
 
 
 def paged_table(num_reqs, page_size, gen):
@@ -54,6 +55,14 @@ def make_cache(dtype, gen):
     k_buf = flat[: NUM_SLOTS * HKV * DK].view(NUM_SLOTS, HKV, DK)
     v_buf = flat[NUM_SLOTS * HKV * DK :].view(NUM_SLOTS, HKV, DV)
     return k_buf, v_buf
+
+
+@pytest.fixture(autouse=True, params=["auto", "rows", "batched"])
+def extend_path(request, monkeypatch):
+    """Every test runs with the op's own choice of extend path, then with each path forced."""
+    if request.param != "auto":
+        monkeypatch.setattr(ops, "_batch_fits", lambda *a: request.param == "batched")
+    return request.param
 
 
 def tol(dtype):
@@ -262,3 +271,38 @@ def test_decode_equals_last_extend_row():
     ops.decode_attention_cpu(q[-1:], k_buf, v_buf, 1.0, 1.0, out_dec, None, None, torch.tensor([0]), torch.empty(0),
                              table, rpi, seq, 0.2, 0.0, False, 0, None, None)  # fmt: skip
     torch.testing.assert_close(out_dec, out_ext[-1:], atol=1e-6, rtol=1e-6)
+
+
+def test_extend_encoder_offset_equals_shifted_table():
+    """Self-attention of an encoder-decoder row reads positions [enc, enc + seq): the same as a
+    table whose row starts at enc."""
+    gen = torch.Generator().manual_seed(5)
+    k_buf, v_buf = make_cache(torch.float32, gen)
+    table = paged_table(3, 1, gen)
+    rpi, enc = torch.tensor([2, 0]), torch.tensor([3, 6])
+    prefix, ext = torch.tensor([4, 9]), torch.tensor([5, 5])
+    q = torch.randn(10, H, DK, generator=gen)
+    shifted = torch.zeros_like(table)
+    for b in range(2):
+        shifted[rpi[b], : POOL_LEN - enc[b]] = table[rpi[b], enc[b] :]
+    outs = []
+    for tab, enc_lens in ((table, enc), (shifted, None)):
+        out = torch.empty(10, H, DV)
+        ops.extend_attention_cpu(q, None, None, out, k_buf, v_buf, 1.0, 1.0, tab, rpi, prefix + ext, ext,
+                                 torch.tensor([0, 5]), 5, 0.3, 0.0, False, 0, enc_lens, None, None, True)  # fmt: skip
+        outs.append(out)
+    torch.testing.assert_close(outs[0], outs[1], atol=0, rtol=0)
+
+
+def test_extend_path_choice():
+    """Verify and draft-extend shapes (a few tokens per row) go as one batch; a ragged prefill,
+    or one whose scores would not fit one block, goes row by row."""
+    verify = (torch.tensor([310, 295, 402, 388, 120, 350, 333, 301]), torch.full((8,), 5))
+    assert BATCH_FITS(12, *verify, 0)
+    assert BATCH_FITS(12, verify[0], torch.tensor([5, 1, 3, 5, 2, 4, 5, 1]), 0)  # draft extend: accepted counts
+    assert not BATCH_FITS(12, torch.zeros(4, dtype=torch.long), torch.tensor([900, 12, 40, 7]), 0)
+    assert not BATCH_FITS(12, torch.zeros(2, dtype=torch.long), torch.tensor([1200, 1200]), 0)
+    # a window bounds the keys of a long prefix, so the batch fits again
+    one_long = torch.tensor([20000, 20, 20, 20])
+    assert not BATCH_FITS(12, one_long, torch.full((4,), 5), 0)
+    assert BATCH_FITS(12, one_long, torch.full((4,), 5), 64)

@@ -104,7 +104,8 @@ def test_hooks_follow_the_mode(monkeypatch):
     monkeypatch.delenv(cpu_paths.GEMM_ENV, raising=False)
     assert cpu_paths.gemm_mode() == "fp32-accumulate"
     assert [t for t, _ in cpu_paths.hooks()] == [cpu_paths.GET_LAST_LOC, cpu_paths.LINEAR_POSTLOAD,
-                                                   cpu_paths.LINEAR_APPLY, cpu_paths.LINEAR_APPLY_INTO]
+                                                   cpu_paths.LINEAR_APPLY, cpu_paths.LINEAR_APPLY_INTO,
+                                                   cpu_paths.LM_HEAD]
     monkeypatch.setenv(cpu_paths.GEMM_ENV, "native")
     assert [t for t, _ in cpu_paths.hooks()] == [cpu_paths.GET_LAST_LOC]
     monkeypatch.setattr(cpu_backend, "is_installed", lambda: False)
@@ -135,3 +136,66 @@ def test_a_launched_cpu_server_records_its_mode_in_the_run_identity(monkeypatch)
     assert with_launch_facts(info, launched=True)["cpu_gemm"] == "fp32-accumulate"
     assert with_launch_facts(info, launched=False) == info  # --url: its environment is not ours to know
     assert with_launch_facts({"device": "cuda"}, launched=True) == {"device": "cuda"}
+
+
+# ------------------------------------------------------------------ LM head
+
+
+def _lm_head(dtype, vocab=96, hidden=64):
+    """SGLang's LogitsProcessor (attributes its constructor would set) and an LM head module."""
+    from sglang.srt.layers.logits_processor import LogitsProcessor
+
+    processor = LogitsProcessor.__new__(LogitsProcessor)
+    torch.nn.Module.__init__(processor)
+    processor.use_fp32_lm_head, processor.use_fp32_lm_head_output, processor.rl_on_policy_target = False, False, None
+    head = torch.nn.Module()
+    w = torch.randn(vocab, hidden, generator=torch.Generator().manual_seed(vocab)).to(dtype)
+    head.weight = torch.nn.Parameter(w, requires_grad=False)
+    return processor, head
+
+
+@pytest.fixture
+def compute_lm_head():
+    from sglang.srt.layers.logits_processor import LogitsProcessor
+
+    return LogitsProcessor._compute_lm_head
+
+
+def test_lm_head_logits_are_bf16_with_float32_accumulation(compute_lm_head):
+    processor, head = _lm_head(torch.bfloat16)
+    x = torch.randn(10, 64).to(torch.bfloat16)
+    native = compute_lm_head(processor, x, head, None)  # SGLang's plain branch: torch's bf16 kernel
+    out = cpu_paths.lm_head_around(compute_lm_head, processor, x, head, None, out=None)
+    assert out.dtype == torch.bfloat16 and out.shape == (10, 96)
+    assert torch.equal(out, F.linear(x.float(), head.weight.float()).to(torch.bfloat16))
+    assert ((out.float() - native.float()).abs() <= _bf16_step(native)).all()
+    assert head.weight.dtype == torch.bfloat16  # the (possibly tied) weight itself is untouched
+
+
+def test_lm_head_copy_is_reused_and_rebuilt_when_the_weight_changes(compute_lm_head):
+    processor, head = _lm_head(torch.bfloat16)
+    x = torch.randn(3, 64).to(torch.bfloat16)
+    cpu_paths.lm_head_around(compute_lm_head, processor, x, head, None)
+    first = cpu_paths.lm_head_fp32_weight(head)
+    assert cpu_paths.lm_head_fp32_weight(head) is first
+    with torch.no_grad():
+        head.weight.mul_(2)  # in place, as a weight update writes
+    assert torch.equal(cpu_paths.lm_head_fp32_weight(head), head.weight.float())
+    head.weight.data = torch.zeros(96, 64, dtype=torch.bfloat16)  # a new tensor
+    assert not cpu_paths.lm_head_around(compute_lm_head, processor, x, head, None).any()
+
+
+@pytest.mark.parametrize("case", ["fp32_weight", "fp32_lm_head_flag", "rl_on_policy", "lora"])
+def test_lm_head_other_branches_run_sglangs_code(compute_lm_head, case):
+    processor, head = _lm_head(torch.float32 if case == "fp32_weight" else torch.bfloat16)
+    if case == "fp32_lm_head_flag":
+        processor.use_fp32_lm_head = True
+    elif case == "rl_on_policy":
+        processor.rl_on_policy_target = "fsdp"
+    elif case == "lora":
+        head.set_lora, head.apply_lora = True, True
+        head.forward = lambda h: torch.full((h.shape[0], 96), 7.0)
+    x = torch.randn(4, 64).to(head.weight.dtype)
+    out = cpu_paths.lm_head_around(compute_lm_head, processor, x, head, None)
+    assert torch.equal(out, compute_lm_head(processor, x, head, None))
+    assert not hasattr(head, cpu_paths.LM_HEAD_COPY)
