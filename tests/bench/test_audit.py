@@ -2,6 +2,7 @@
 files, plot, and a run stopped and resumed."""
 
 import json
+from types import SimpleNamespace
 
 import pytest
 
@@ -176,9 +177,17 @@ def test_an_arm_that_loses_requests_stops_the_audit_and_resume_redoes_them(fake_
     monkeypatch.setattr(audit, "run_pass", crashing_run_pass)
     assert audit.main(args) == 1
     stopped = json.loads((tmp_path / "audit.json").read_text())
-    assert stopped["complete"]["items"] == 3 and stopped["complete"]["planned"] == 8   # b8 never started
+    assert stopped["complete"]["items"] == 7 and stopped["complete"]["planned"] == 8   # the pass ran to its end
 
     monkeypatch.setattr(audit, "run_pass", real_run_pass)
     assert audit.main(args + ["--resume"]) == 0
     result = json.loads((tmp_path / "audit.json").read_text())
     assert result["complete"]["items"] == 8 and result["complete"]["planned"] == 8
+
+
+def test_plan_is_item_major_with_every_arm_of_an_item_together():
+    strict, b8 = Arm("strict", {"asd_budget": 0.0}), Arm("b8", {"asd_budget": 8.0})
+    items = [SimpleNamespace(id=f"q{i}") for i in range(3)]
+    done = {("strict", "gsm8k", "q0"), ("b8", "gsm8k", "q1"), ("strict", "mbpp", "q2")}
+    todo = [(a.label, p.id) for a, p in audit.plan([strict, b8], items, done, "gsm8k")]
+    assert todo == [("b8", "q0"), ("strict", "q1"), ("strict", "q2"), ("b8", "q2")]

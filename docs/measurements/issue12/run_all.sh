@@ -26,9 +26,10 @@ export SGLANG_ASD_CPU_GEMM=fp32-accumulate
 # larger static fraction than the launcher's default 0.3 once one is loaded, and a smaller KV pool
 # (16384 tokens still hold 8 requests x (prompt + 384)). Neither changes what is decoded.
 MEM="--mem-fraction-static 0.8 --max-total-tokens 16384"
-QWEN="--model-path fixture:qwen2.5-coder-1.5b --speculative-algorithm STANDALONE \
+QWEN_PAIR="--model-path fixture:qwen2.5-coder-1.5b --speculative-algorithm STANDALONE \
 --speculative-draft-model-path fixture:qwen2.5-coder-0.5b --speculative-num-steps 4 --speculative-eagle-topk 1 \
---speculative-num-draft-tokens 5 --asd-max-budget 64 $MEM"
+--speculative-num-draft-tokens 5 --asd-max-budget 64"
+QWEN="$QWEN_PAIR $MEM"
 SMOL="--model-path fixture:smollm2-135m --speculative-algorithm STANDALONE \
 --speculative-draft-model-path fixture:smollm2-135m-draft --speculative-num-steps 4 --speculative-eagle-topk 1 \
 --speculative-num-draft-tokens 5 --asd-max-budget 64"
@@ -54,10 +55,13 @@ qwen_speed() {  # qwen_speed CONCURRENCY REPEATS
         --dataset gsm8k,mtbench --num-prompts 16 --max-new-tokens 128 --concurrency $1 --repeats $2 \
         $LONG --out "$OUT/qwen_speed_c$1"
 }
-# Qwen audit at natural stop, chat route, cap 384, strict run twice (noise floor)
+# Qwen audit at natural stop, chat route, cap 384, strict run twice (noise floor). Audits do not depend on
+# timing, so they run at concurrency 24 (one pass per task holds every arm's requests, sglang_asd/bench/
+# audit.py plan): this host's GEMMs are memory-bound, a layer costs about as much for 40 rows as for 120,
+# so tokens per second grow with the batch. The KV pool holds 24 x (prompt + 384) tokens.
 qwen_audit() {  # qwen_audit NAME BUDGETS LIMIT
-    step "$1" sglang_asd.bench.audit --launch="$QWEN $FIX" --budgets $2 \
-        --tasks gsm8k,humaneval,mbpp --limit $3 --api chat --max-new-tokens 384 --concurrency 8 --noise-floor \
+    step "$1" sglang_asd.bench.audit --launch="$QWEN_PAIR $FIX --mem-fraction-static 0.8 --max-total-tokens 32768" --budgets $2 \
+        --tasks gsm8k,humaneval,mbpp --limit $3 --api chat --max-new-tokens 384 --concurrency 24 --noise-floor \
         $(speed_json "$OUT/qwen_speed_c1/speed.json") $LONG --out "$OUT/qwen_audit"
 }
 # The embedded demo (SmolLM2 pair, as `make serve` runs it): plain vs strict vs budget 8
