@@ -73,6 +73,7 @@ GEMM_MODES = ("fp32-accumulate", "native")
 WIDENED = "_sglang_asd_fp32_accumulate"  # attribute marking a widened layer
 LM_HEAD_COPY = "_sglang_asd_fp32_weight"  # (source data_ptr, source version, float32 copy) on an LM head
 _ANNOUNCED = False
+_LM_HEAD_ANNOUNCED = False
 
 
 def gemm_mode() -> str:
@@ -166,7 +167,17 @@ def lm_head_fp32_weight(lm_head):
     if cached is None or cached[:2] != key:
         cached = (*key, weight.detach().to(torch.float32))
         setattr(lm_head, LM_HEAD_COPY, cached)
+        if not _LM_HEAD_ANNOUNCED:  # once per process, at the first forward (the warm-up)
+            _announce_lm_head(weight, cached[2])
     return cached[2]
+
+
+def _announce_lm_head(weight, copy) -> None:
+    global _LM_HEAD_ANNOUNCED
+    _LM_HEAD_ANNOUNCED = True
+    logger.info("sglang_asd: the %s LM head runs with float32 accumulation (a float32 copy of its weight, "
+                "%.1f MiB; %s=native keeps torch's kernel)", str(weight.dtype).removeprefix("torch."),
+                copy.numel() * copy.element_size() / 2**20, GEMM_ENV)
 
 
 def lm_head_around(original, processor, hidden_states, lm_head, *args, **kwargs):
