@@ -114,7 +114,7 @@ def run(args: argparse.Namespace, arms: list[Arm], tasks: list[str], speed: Opti
         log = RunLog.open(log_path, LOG_KIND, fp, args.resume)
         check_arms(items_of(log.records), arms, log_path)
         log.append({"kind": "plan", "arms": [a.to_dict() for a in arms], "tasks": tasks, "limit": args.limit,
-                    "started": time.strftime("%Y-%m-%dT%H:%M:%S%z")})
+                    "concurrency": args.concurrency, "started": time.strftime("%Y-%m-%dT%H:%M:%S%z")})
         done = {key for key, r in audit_summary.latest(items_of(log.records)).items() if r["ok"]}
         from tqdm import tqdm
 
@@ -153,7 +153,7 @@ def build_result(header: dict, records: list[dict], arms: list[Arm], tasks: list
         "kind": "asd-audit", "version": 2, "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         "title": "ASD speed / quality frontier",
         "config": {**fp, "arms": [a.to_dict() for a in arms], "tasks": tasks, "limit": limit,
-                   "concurrency": args.concurrency, "log_created": header["created"],
+                   "concurrency": logged_concurrency(records), "log_created": header["created"],
                    "speed_json": str(args.speed_json) if args.speed_json else None},
         "complete": {"items": sum(r["n"] for r in rows), "planned": planned_total,
                      "line": audit_summary.complete_line(rows, planned_total)},
@@ -162,6 +162,14 @@ def build_result(header: dict, records: list[dict], arms: list[Arm], tasks: list
         "noise_floor": [r for r in rows if r["arm"] == NOISE_ARM.label],
         "warnings": audit_summary.warnings_for(rows),
     }
+
+
+def logged_concurrency(records: list[dict]):
+    """The concurrency the log's items ran at: one value, or the list of them when a resume changed
+    it (concurrency is not part of the fingerprint: outputs do not depend on timing, though a batch's
+    shape may move a near-tie); None for a log that predates the field."""
+    values = sorted({r["concurrency"] for r in records if r.get("kind") == "plan" and "concurrency" in r})
+    return values[0] if len(values) == 1 else (values or None)
 
 
 def report_only(args: argparse.Namespace, speed: Optional[dict]) -> dict:

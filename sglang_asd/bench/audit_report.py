@@ -58,6 +58,14 @@ def add_cells(row: dict) -> dict:
     return row
 
 
+def _concurrency(value) -> str:
+    if value is None:
+        return "not logged"
+    if isinstance(value, list):
+        return f"{', '.join(map(str, value))} (a resume changed it)"
+    return str(value)
+
+
 def write(audit: dict, out: Path, speed: Optional[dict]) -> None:
     for row in audit["results"]:
         add_cells(row)
@@ -69,7 +77,7 @@ def write(audit: dict, out: Path, speed: Optional[dict]) -> None:
     cfg = audit["config"]
     md = [f"# ASD quality audit at natural stop ({audit['created']})", "",
           f"{audit['complete']['line']}. Route {cfg['api']}, first {cfg['limit'] or 'all'} items per task, greedy, "
-          f"natural stop (max_new_tokens {cfg['max_new_tokens'] or 'per task'}), concurrency {cfg['concurrency']}.",
+          f"natural stop (max_new_tokens {cfg['max_new_tokens'] or 'per task'}), concurrency {_concurrency(cfg.get('concurrency'))}.",
           "", "Every arm is paired with strict on the same items: Δ = arm - strict, 95% paired-bootstrap "
           "interval; lost/gained = items right under strict and wrong under the arm / the reverse; McNemar = "
           "exact two-sided test on those discordant pairs.", "",

@@ -191,3 +191,14 @@ def test_plan_is_item_major_with_every_arm_of_an_item_together():
     done = {("strict", "gsm8k", "q0"), ("b8", "gsm8k", "q1"), ("strict", "mbpp", "q2")}
     todo = [(a.label, p.id) for a, p in audit.plan([strict, b8], items, done, "gsm8k")]
     assert todo == [("b8", "q0"), ("strict", "q1"), ("strict", "q2"), ("b8", "q2")]
+
+
+def test_the_report_gives_the_logged_concurrency(fake_server_url, tmp_path):
+    base = ["--url", fake_server_url, "--tasks", "mmlu", "--budgets", "0", "--out", str(tmp_path)]
+    assert audit.main(base + ["--limit", "2", "--concurrency", "3"]) == 0
+    assert audit.main(["--report-only", "--out", str(tmp_path)]) == 0  # the CLI default (8) is not the run's
+    assert "concurrency 3." in (tmp_path / "audit.md").read_text()
+    assert audit.main(base + ["--limit", "4", "--concurrency", "5", "--resume"]) == 0
+    assert json.loads((tmp_path / "audit.json").read_text())["config"]["concurrency"] == [3, 5]
+    assert "concurrency 3, 5 (a resume changed it)." in (tmp_path / "audit.md").read_text()
+    assert audit.logged_concurrency([{"kind": "plan", "arms": []}]) is None  # a log from before the field
