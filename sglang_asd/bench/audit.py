@@ -89,7 +89,7 @@ def score_record(task: str, prompt: datasets.Prompt, record: dict, args: argpars
     return record
 
 
-def plan(arms: list[Arm], items: list, done: set, task: str) -> list[tuple[Arm, object]]:
+def plan(arms: list[Arm], items: list[datasets.Prompt], done: set, task: str) -> list[tuple[Arm, datasets.Prompt]]:
     """One task's (arm, item) requests not yet done, item by item with every arm of an item
     together (strict first): a stopped run leaves items paired across arms, and one pass keeps the
     server's batch full (on a CPU host, throughput grows with the batch, its GEMMs being

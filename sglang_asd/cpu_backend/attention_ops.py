@@ -35,7 +35,6 @@ the last float32 bits (other matmul shapes, so another summation order).
 
 from __future__ import annotations
 
-import functools
 from typing import Optional
 
 import torch
@@ -238,14 +237,12 @@ def extend_attention_cpu(
     if tree_mask is not None and not is_cross_attention:
         mask_off, mask_full = _tree_mask_offsets(tree_mask, prefix, ext)
         flat_mask = tree_mask.reshape(-1).to(torch.bool)
+    args = (q_extend, k_extend, v_extend, o_extend, k_buffer, v_buffer, key_scale, value_scale, req_to_token, rows,
+            prefix, ext, qstart, enc, window, flat_mask, mask_off, mask_full, sm_scale, logit_cap, sinks, is_causal)
     if not is_cross_attention and _batch_fits(q_extend.shape[1], prefix, ext, window):
-        extend = _extend_batched
+        _extend_batched(*args)
     else:
-        extend = functools.partial(_extend_rows, is_cross_attention=is_cross_attention)
-    extend(
-        q_extend, k_extend, v_extend, o_extend, k_buffer, v_buffer, key_scale, value_scale, req_to_token, rows,
-        prefix, ext, qstart, enc, window, flat_mask, mask_off, mask_full, sm_scale, logit_cap, sinks, is_causal,
-    )  # fmt: skip
+        _extend_rows(*args, is_cross_attention)
 
 
 # Largest padding overhead (padded score elements / ragged ones) at which the rows go as one batch;
