@@ -152,8 +152,10 @@ def build_argv(argv: list[str]) -> tuple[server_settings.ASDServerSettings, list
 
     if cpu_backend.is_installed():
         from sglang_asd.sglang_seams.cpu_paths import gemm_mode
+        from sglang_asd.sglang_seams.start_method import start_method
 
         gemm_mode()  # a bad SGLANG_ASD_CPU_GEMM is a one-line error here, not a scheduler traceback
+        start_method()  # same for SGLANG_ASD_CPU_START_METHOD
         rest = cpu_defaults(rest)
     return settings, resolve_fixtures(rest)
 

@@ -27,12 +27,19 @@ def main(argv: list[str] | None = None) -> None:
     argv = resolve_fixtures(sys.argv[1:] if argv is None else argv)
     if cpu_backend.is_installed():
         from sglang_asd.sglang_seams.cpu_paths import gemm_mode
+        from sglang_asd.sglang_seams.start_method import start_method
 
-        gemm_mode()  # refuse a bad SGLANG_ASD_CPU_GEMM before any process starts
+        try:  # refuse a bad SGLANG_ASD_CPU_GEMM or start method before any process starts
+            gemm_mode()
+            start_method()
+        except ValueError as e:
+            print(f"sglang_asd.stock_server: error: {e}", file=sys.stderr)
+            raise SystemExit(2)
         argv = cpu_defaults(argv)
-        from sglang_asd.sglang_seams import platform
+        from sglang_asd.sglang_seams import install_launcher_cpu_hooks, platform
 
         platform.apply()
+        install_launcher_cpu_hooks()
     from sglang.srt.server_args import prepare_server_args
     from sglang.srt.utils import kill_process_tree
 

@@ -48,6 +48,11 @@ ASD_ARGS = {
     "standalone_self": ["--asd-standalone-draft-fix"],
 }
 
+# Environment of a configuration's servers (stock and ASD alike). With the CPU stand-in SGLang's children
+# start by fork (sglang_seams/start_method.py); the bf16 pair keeps SGLang's spawn, the path of every
+# GPU install: a fresh child that must bootstrap itself and install and verify its hooks.
+CONFIG_ENV = {"eagle_bf16": {"SGLANG_ASD_CPU_START_METHOD": "spawn"}}
+
 MAX_ALIVE = 3
 
 
@@ -186,7 +191,7 @@ class ServerPool:
 
     def _launch(self, want: Want) -> Server:
         module, args = want.launch()
-        return Server(want.name, list(args), module=module, wait=False)
+        return Server(want.name, list(args), module=module, wait=False, env=CONFIG_ENV.get(want.config))
 
     def _make_room(self, keep) -> None:
         """Stop the least recently used servers not in ``keep`` until one more fits."""

@@ -33,14 +33,15 @@ class Server:
     """A server: ``module`` is ``sglang_asd.launch_server`` or ``sglang_asd.stock_server``.
 
     ``wait=False`` returns as soon as the process is started (the pool starts servers side by side);
-    ``ready()`` then blocks until it serves.
+    ``ready()`` then blocks until it serves. ``env``: variables added to the test process's.
     """
 
-    def __init__(self, name: str, args: list[str], module: str = "sglang_asd.launch_server", wait: bool = True):
+    def __init__(self, name: str, args: list[str], module: str = "sglang_asd.launch_server", wait: bool = True,
+                 env: dict | None = None):
         self.name = name
         self.module = module
         self.log_path = Path(tempfile.mkdtemp(prefix=f"sglang_asd_test_{name}_")) / "server.log"
-        env = dict(os.environ, PYTHONUNBUFFERED="1")
+        env = dict(os.environ, PYTHONUNBUFFERED="1", **(env or {}))
         self._launched = LaunchedServer([*SERVER_DEFAULTS, *args], self.log_path, timeout=START_TIMEOUT_S,
                                         module=module, env=env)
         self.url = self._launched.url

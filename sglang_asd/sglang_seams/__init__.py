@@ -8,7 +8,8 @@ silently verified strictly would lie to its users, so a missing hook stops the p
 
 Processes:
 - launcher / HTTP server (tokenizer manager): ``install_frontend_hooks`` (request validation,
-  OpenAI fields, receipts in responses; CPU platform facts for argument resolution).
+  OpenAI fields, receipts in responses; CPU platform facts for argument resolution) and, with the
+  CPU stand-in, ``install_launcher_cpu_hooks`` (children start by fork: ``start_method``).
 - each scheduler (every TP rank): ``install_scheduler_hooks`` (ledger, verify, receipts, metrics,
   and, with ``--asd-standalone-draft-fix`` only, the STANDALONE draft's KV convention:
   ``standalone_draft``).
@@ -143,6 +144,18 @@ def install_scheduler_hooks(settings: ASDServerSettings) -> None:
     logger.info("sglang_asd: %d scheduler hooks installed and verified", len(hooks))
 
 
+def install_launcher_cpu_hooks() -> list[tuple[str, Callable]]:
+    """Launcher process on CPU (ASD and stock servers): SGLang's children start by fork (none on a GPU
+    install, or with ``SGLANG_ASD_CPU_START_METHOD=spawn``)."""
+    from sglang_asd.sglang_seams import start_method
+
+    hooks = start_method.hooks()
+    if hooks:
+        _register_and_apply(hooks, preload=("sglang.srt.entrypoints.engine",))
+        check_installed([t for t, _ in hooks])
+    return hooks
+
+
 def frontend_hooks() -> list[tuple[str, Callable]]:
     from sglang_asd.sglang_seams import http_api
 
@@ -160,6 +173,7 @@ def install_frontend_hooks(settings: ASDServerSettings) -> None:
     hooks = frontend_hooks()
     _register_and_apply(hooks, preload=http_api.PRELOAD)
     check_installed([t for t, _ in hooks])
+    hooks += install_launcher_cpu_hooks()
     if not http_api.middleware_installed():
         raise HookNotInstalled(
             "sglang_asd: the request-field middleware is not installed on SGLang's app, refusing to serve "

@@ -4,6 +4,8 @@ SGLang spawns its scheduler and detokenizer processes (``mp.set_start_method("sp
 nothing the launcher did is inherited. Each spawned child first imports the launcher's main
 module as ``__mp_main__`` (standard ``multiprocessing`` spawn behaviour for ``python -m``), and
 ``sglang_asd.launch_server`` calls :func:`prepare_process` at import, before any SGLang import.
+With the CPU stand-in the children start by fork instead (``start_method.py``) and inherit the
+launcher's bootstrap; everything below is idempotent, so either way ends in the same state.
 The scheduler entry point is also wrapped (:func:`run_scheduler_process`), which installs and
 checks the ASD hooks in that process and refuses to start the scheduler if one is missing.
 

@@ -32,7 +32,7 @@ def _full_accept_length() -> float:
 
 def _overlay(root) -> str:
     """A folder whose sitecustomize.py imports the patched SGLang modules instead of the installed
-    ones (in every process: SGLang's scheduler is spawned and reads the same PYTHONPATH)."""
+    ones (in every process: a spawned scheduler reads the same PYTHONPATH, a forked one inherits the finder)."""
     tree = root / "tree"
     modules = {}
     for rel in patched_files(PATCH):

@@ -19,9 +19,10 @@ def _rows():
 
 
 def _cpu_hooks():
-    from sglang_asd.sglang_seams import cpu_paths
+    from sglang_asd.sglang_seams import cpu_paths, start_method
 
-    return [(cpu_paths.GET_LAST_LOC, cpu_paths.get_last_loc_around), *cpu_paths.linear_hooks()]
+    return [(cpu_paths.GET_LAST_LOC, cpu_paths.get_last_loc_around), *cpu_paths.linear_hooks(),
+            (start_method.SET_ENVS_AND_CONFIG, start_method.set_envs_and_config_around)]
 
 
 def _registered():
@@ -29,7 +30,8 @@ def _registered():
 
     hooks = sglang_seams.scheduler_hooks(ASDServerSettings(standalone_draft_fix=True))
     hooks += sglang_seams.frontend_hooks()
-    hooks += _cpu_hooks()  # registered only on CPU (the linear ones unless SGLANG_ASD_CPU_GEMM=native)
+    hooks += _cpu_hooks()  # registered only on CPU (the linear ones unless SGLANG_ASD_CPU_GEMM=native, the
+    # start method unless SGLANG_ASD_CPU_START_METHOD=spawn)
     return {target: hook for target, hook in hooks}
 
 
