@@ -98,8 +98,9 @@ def pytest_collection_modifyitems(config, items):
     """Run server tests that share servers next to each other, across modules, and start each block's
     servers together.
 
-    Server starts dominate the suite (about 40 s each on a 2-core AVX2 host, most of it importing
-    SGLang in the launcher and its two children) and the pool keeps only ``MAX_ALIVE`` servers.
+    Server starts dominate the suite (on a 2-core AVX2 host a pair started side by side is ready in
+    21-30 s, most of it importing SGLang in the launchers; their children fork: sglang_seams/
+    start_method.py) and the pool keeps only ``MAX_ALIVE`` servers.
     Two kinds of block:
     - tests parametrized over ``algorithm`` (test_asd_rules, test_asd_serving, test_identity,
       test_verify_warmup) and tests marked ``server_group(ALGORITHM)``, ordered by ``ALGORITHM_ORDER``:
@@ -111,7 +112,7 @@ def pytest_collection_modifyitems(config, items):
 
     The first test of each algorithm's part (and of each group in ``GROUP_SERVERS``) carries the
     servers that part uses; ``pytest_runtest_setup`` has the pool start the missing ones side by side,
-    which overlaps one server's imports with another's on the two cores.
+    which overlaps one launcher's imports with another's on the two cores.
     """
     def group(item):
         if item.get_closest_marker("server") is None:
