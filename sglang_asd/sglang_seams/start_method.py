@@ -8,9 +8,10 @@
 - Why: SGLang spawns because a CUDA context cannot cross a fork. A spawned child starts a fresh
   interpreter and imports SGLang again: on a 2-core AVX2 host that is about 18 of a server's 40
   seconds to ready, paid once per child (scheduler and detokenizer, side by side). Forked children
-  inherit the launcher's imports; a tiny EAGLE server is ready in about half the time (measured
-  with another job running beside it: 85-88 s spawned, 37-41 s forked, same tokens). Test suites
-  and benchmarks start dozens of servers; users of the CPU demo start one.
+  inherit the launcher's imports; a tiny EAGLE server is ready in about half the time (with
+  another job running beside it: 85-88 s spawned, 37-41 s forked, same tokens; quiet, the test
+  suite's stock + ASD pairs started side by side: 68 s spawned, 21-30 s forked). Test suites and
+  benchmarks start dozens of servers; users of the CPU demo start one.
 - Why fork is safe here: the launcher has no CUDA context (there is no GPU), and at this call it
   runs one Python thread; its only other threads are the idle OpenBLAS servers of numpy and scipy,
   which stop and restart around a fork through their own ``pthread_atfork`` handlers. The launcher
@@ -24,8 +25,9 @@
     (``runtime``), so SGLang's plugin loader in the child finds them set and returns, as it does
     in the launcher; the scheduler entry (``process.run_scheduler_process``) installs and checks
     the scheduler hooks, as it does after a spawn;
-  - SGLang's launch-phase SIGQUIT handler, which kills the tree of the process it runs in; a
-    scheduler sets its own. ``kill_itself_when_parent_died`` (``PR_SET_PDEATHSIG``) works the same.
+  - SGLang's launch-phase SIGQUIT handler, which kills the tree of the process it runs in: a
+    SIGQUIT to a child (SGLang sends them only to the launcher) would end that child, as the default
+    action does after a spawn. ``kill_itself_when_parent_died`` (``PR_SET_PDEATHSIG``) works the same.
   Nothing here touches the verify step, the ledger or a GPU stream: the overlap scheduler's lag,
   CUDA graphs and stream order do not arise. A server started with spawn and one started with fork
   decode the same tokens (the test suite serves both ways: ``tests/conftest.py``, ``CONFIG_ENV``).
