@@ -25,9 +25,11 @@
     (``runtime``), so SGLang's plugin loader in the child finds them set and returns, as it does
     in the launcher; the scheduler entry (``process.run_scheduler_process``) installs and checks
     the scheduler hooks, as it does after a spawn;
-  - SGLang's launch-phase SIGQUIT handler, which kills the tree of the process it runs in: a
-    SIGQUIT to a child (SGLang sends them only to the launcher) would end that child, as the default
-    action does after a spawn. ``kill_itself_when_parent_died`` (``PR_SET_PDEATHSIG``) works the same.
+  - SGLang's launch-phase SIGQUIT handler, which kills the tree of the process it runs in. SGLang
+    sends SIGQUIT to the launcher (children and its watchdog report crashes that way) and, after a
+    SIGKILL, to a process ``kill_process_tree`` is killing; a child that got one would end, as the
+    default action ends it after a spawn. ``kill_itself_when_parent_died`` (``PR_SET_PDEATHSIG``)
+    works the same.
   Nothing here touches the verify step, the ledger or a GPU stream: the overlap scheduler's lag,
   CUDA graphs and stream order do not arise. A server started with spawn and one started with fork
   decode the same tokens (the test suite serves both ways: ``tests/conftest.py``, ``CONFIG_ENV``).
