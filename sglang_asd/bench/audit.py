@@ -167,9 +167,11 @@ def build_result(header: dict, records: list[dict], arms: list[Arm], tasks: list
 def logged_concurrency(records: list[dict]):
     """The concurrency the log's items ran at: one value, or the list of them when a resume changed
     it (concurrency is not part of the fingerprint: outputs do not depend on timing, though a batch's
-    shape may move a near-tie); None for a log that predates the field."""
-    values = sorted({r["concurrency"] for r in records if r.get("kind") == "plan" and "concurrency" in r})
-    return values[0] if len(values) == 1 else (values or None)
+    shape may move a near-tie), with None for runs that predate the field; None if all do."""
+    values = {r.get("concurrency") for r in records if r.get("kind") == "plan"}
+    if len(values) <= 1:
+        return next(iter(values), None)
+    return sorted(values, key=lambda v: (v is None, v or 0))
 
 
 def report_only(args: argparse.Namespace, speed: Optional[dict]) -> dict:

@@ -62,7 +62,7 @@ def _concurrency(value) -> str:
     if value is None:
         return "not logged"
     if isinstance(value, list):
-        return f"{', '.join(map(str, value))} (a resume changed it)"
+        return f"{', '.join('not logged' if v is None else str(v) for v in value)} (a resume changed it)"
     return str(value)
 
 

@@ -202,3 +202,5 @@ def test_the_report_gives_the_logged_concurrency(fake_server_url, tmp_path):
     assert json.loads((tmp_path / "audit.json").read_text())["config"]["concurrency"] == [3, 5]
     assert "concurrency 3, 5 (a resume changed it)." in (tmp_path / "audit.md").read_text()
     assert audit.logged_concurrency([{"kind": "plan", "arms": []}]) is None  # a log from before the field
+    # a log resumed after the field existed: the older runs stay "not logged", not silently the newer value
+    assert audit.logged_concurrency([{"kind": "plan"}, {"kind": "plan", "concurrency": 24}]) == [24, None]
