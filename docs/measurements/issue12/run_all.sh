@@ -43,11 +43,12 @@ log "run_all.sh at $(git -C "$REPO" rev-parse --short HEAD) -> $OUT"
 # A fresh checkout continues from the run logs published under results/ (steps_done: finished steps).
 chain_seed "$REPO/docs/measurements/issue12/results"
 
-# Order: a first paired audit (20 items per task) first, since audits do not depend on timing and so
-# progress while the machine is used for other work; then the demo and one repeat of the Qwen speed
-# table (speed passes wait for a quiet machine, sglang_asd/bench/quiet.py), then the speed repeats
-# and the larger audits; each later step grows the same run logs (--resume), so a stop at any point
-# leaves complete tables of some size.
+# Order: a first paired audit (20 items per task), the demo's speed table, then the audit at 50 and
+# 100 items per task, and only then the Qwen speed tables. Audits do not depend on timing, so they
+# progress while the machine is used for other work; speed passes wait for a quiet machine and redo a
+# disturbed pass (sglang_asd/bench/quiet.py), and on this host (about 3.4 GB/s of memory bandwidth)
+# one Qwen speed repeat at concurrency 1 takes hours. Each later step grows the same run logs
+# (--resume), so a stop at any point leaves complete tables of some size.
 G25=asd_gate=0.25
 ARMS="--budgets 0 --arms b2:asd_budget=2,$G25;b8:asd_budget=8,$G25;b32:asd_budget=32,$G25;b8g0.5:asd_budget=8,asd_gate=0.5"
 qwen_speed() {  # qwen_speed CONCURRENCY REPEATS
@@ -71,11 +72,12 @@ smol_speed() {  # smol_speed CONCURRENCY REPEATS
         $LONG --out "$OUT/smol_speed_c$1"
 }
 
-# 1. The demo, one speed repeat (plain, strict, budgets 2/8/32 at gate 0.25, budget 8 at gate 0.5;
-# a request may lower the server's gate, never raise it: the server runs at --asd-gate 0.5 and
-# every arm states its gate), after a first audit.
+# 1. A first audit, the demo, the audit at size, then one repeat of the Qwen speed table (plain,
+# strict, budgets 2/8/32 at gate 0.25, budget 8 at gate 0.5; a request may lower the server's gate,
+# never raise it: the server runs at --asd-gate 0.5 and every arm states its gate).
 qwen_audit qwen_audit_l20 0,8 20
 smol_speed 1 1
+for limit in 50 100; do qwen_audit "qwen_audit_l$limit" 0,8 $limit; done
 qwen_speed 1 1
 # Issue 9: stock STANDALONE vs the draft-input fix, both pairs, strict and budget 8 (short)
 for pair in smol qwen; do
@@ -87,9 +89,8 @@ for pair in smol qwen; do
 done
 
 qwen_speed 4 1
-# 2. Three speed repeats, then the audit at 50 and 100 items per task
+# 2. Three speed repeats
 for r in 2 3; do qwen_speed 1 $r; qwen_speed 4 $r; done
-for limit in 50 100; do qwen_audit "qwen_audit_l$limit" 0,8 $limit; done
 smol_speed 1 3
 smol_speed 4 3
 
