@@ -32,8 +32,9 @@ CONFIGS = {
                "--speculative-draft-model-path", "fixture:tiny-eagle3-noisy", *SPEC_TINY],
     "eagle_exact": ["--model-path", "fixture:tiny-llama-bigram", "--speculative-algorithm", "EAGLE",
                     "--speculative-draft-model-path", "fixture:tiny-eagle-exact", *SPEC_TINY],
-    "ngram": ["--model-path", "fixture:tiny-llama", "--speculative-algorithm", "NGRAM",
-              "--speculative-num-draft-tokens", "4"],
+    # SGLang's own NGRAM defaults (12 draft tokens, breadth 10): a value SGLang resolves is None on
+    # ServerArgs, so this server checks that the seams read the resolved settings (sglang_seams/modes.py).
+    "ngram": ["--model-path", "fixture:tiny-llama", "--speculative-algorithm", "NGRAM"],
     # bf16 (the CPU launcher's default dtype): linear layers with float32 accumulation (sglang_seams/cpu_paths.py)
     "eagle_bf16": ["--model-path", "fixture:tiny-llama", "--speculative-algorithm", "EAGLE",
                    "--speculative-draft-model-path", "fixture:tiny-eagle-noisy", *SPEC_TINY, "--dtype", "bfloat16"],

@@ -42,6 +42,16 @@ def unsupported_mode(speculative_algorithm: Optional[str], disaggregation_mode: 
     return None
 
 
+def process_unsupported_mode() -> Optional[str]:
+    """``unsupported_mode`` of this process's resolved settings (scheduler side, after SGLang has
+    published them). SGLang 0.5.23 keeps the raw command line on ``ServerArgs`` and publishes the
+    resolved values in namespace bags (``srt/runtime_context.py``: ``get_spec()``, ``get_disagg()``),
+    which is what its own scheduler reads; a field left to SGLang's default is None on ``ServerArgs``."""
+    from sglang.srt.runtime_context import get_disagg, get_spec
+
+    return unsupported_mode(get_spec().speculative_algorithm, get_disagg().disaggregation_mode)
+
+
 def why_unsupported(speculative_algorithm: Optional[str], disaggregation_mode: Optional[str]) -> Optional[str]:
     """A one-line explanation for the start-up refusal, or None if the mode is supported."""
     algorithm = (speculative_algorithm or "").upper()

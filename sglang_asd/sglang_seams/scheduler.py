@@ -36,7 +36,7 @@ from sglang_asd.request_ledger import (
     RequestASD,
     RequestLedger,
 )
-from sglang_asd.sglang_seams.modes import unsupported_mode
+from sglang_asd.sglang_seams.modes import process_unsupported_mode
 from sglang_asd.sglang_seams.runtime import get_runtime
 
 logger = logging.getLogger(__name__)
@@ -67,19 +67,18 @@ def create_generation_req_around(original, self, recv_req, *args, **kwargs):
     except ValueError as e:  # the HTTP layer rejects these first; a direct engine call may not
         logger.warning("request %s: %s; serving it strictly", req.rid, e)
         choice = RequestASD.strict()
-    reason = _reason(choice, params, not self.spec_algorithm.is_none(), _unsupported_mode(self))
+    reason = _reason(choice, params, not self.spec_algorithm.is_none(), _unsupported_mode())
     req.asd_ledger = RequestLedger(choice=choice, reason=reason, max_events=runtime.settings.max_receipt_events)
     if runtime.metrics is not None:
         runtime.metrics.observe_request(reason, rule=choice.config.rule)
     return req
 
 
-def _unsupported_mode(scheduler) -> Optional[str]:
-    """``modes.unsupported_mode`` of this scheduler's server args (computed once per process)."""
+def _unsupported_mode() -> Optional[str]:
+    """``modes.process_unsupported_mode`` (computed once per process)."""
     runtime = get_runtime()
     if runtime.unsupported_mode is None:
-        args = scheduler.server_args
-        runtime.unsupported_mode = unsupported_mode(args.speculative_algorithm, args.disaggregation_mode) or ""
+        runtime.unsupported_mode = process_unsupported_mode() or ""
     return runtime.unsupported_mode or None
 
 

@@ -24,7 +24,7 @@ import logging
 
 import torch
 
-from sglang_asd.sglang_seams.modes import unsupported_mode
+from sglang_asd.sglang_seams.modes import process_unsupported_mode
 from sglang_asd.sglang_seams.runtime import get_runtime
 from sglang_asd.verify.warmup import key_of_call, verify_shapes, warmup
 
@@ -33,26 +33,29 @@ logger = logging.getLogger(__name__)
 INIT_MODEL_WORKER = "sglang.srt.managers.scheduler.Scheduler.init_model_worker"
 
 
-def server_verify_shapes(server_args) -> set:
-    """The (W, K) pairs this server's verify can see (``verify.warmup.verify_shapes``)."""
+def server_verify_shapes(spec) -> set:
+    """The (W, K) pairs this server's verify can see (``verify.warmup.verify_shapes``), from its
+    resolved speculative settings (``get_spec()``; ``modes.process_unsupported_mode`` says why not
+    ``ServerArgs``: e.g. NGRAM's default of 12 draft tokens is None there)."""
     adaptive_steps = ()
-    if getattr(server_args, "speculative_adaptive", False):
+    if getattr(spec, "speculative_adaptive", False):
         from sglang.srt.speculative.adaptive_spec_params import resolve_candidate_steps_from_config
 
-        adaptive_steps = resolve_candidate_steps_from_config(cfg_path=server_args.speculative_adaptive_config)
-    return verify_shapes(server_args.speculative_num_steps, server_args.speculative_num_draft_tokens,
-                         ngram=(server_args.speculative_algorithm or "").upper() == "NGRAM",
+        adaptive_steps = resolve_candidate_steps_from_config(cfg_path=spec.speculative_adaptive_config)
+    return verify_shapes(spec.speculative_num_steps, spec.speculative_num_draft_tokens,
+                         ngram=(spec.speculative_algorithm or "").upper() == "NGRAM",
                          adaptive_steps=adaptive_steps)
 
 
 def init_model_worker_around(original, self, *args, **kwargs):
     result = original(self, *args, **kwargs)
-    args_ = self.server_args
-    if self.spec_algorithm.is_none() or unsupported_mode(args_.speculative_algorithm, args_.disaggregation_mode):
+    if self.spec_algorithm.is_none() or process_unsupported_mode():
         return result
+    from sglang.srt.runtime_context import get_spec
+
     dtypes = sorted({"float32", str(self.model_config.dtype).removeprefix("torch.")})
     device = torch.device("cuda", torch.cuda.current_device()) if self.device == "cuda" else torch.device(self.device)
-    keys = warmup(device, server_verify_shapes(args_), V=self.model_config.vocab_size, logits_dtypes=dtypes)
+    keys = warmup(device, server_verify_shapes(get_spec()), V=self.model_config.vocab_size, logits_dtypes=dtypes)
     runtime = get_runtime()
     runtime.warmed_variants = frozenset(keys)
     logger.info("sglang_asd: verify warm-up on %s: %d variants %s", device, len(keys), sorted(keys, key=repr))
