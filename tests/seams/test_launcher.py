@@ -1,5 +1,7 @@
 """The launcher: argument handling, defaults on CPU, one-line errors for common mistakes."""
 
+import argparse
+import pathlib
 import socket
 import subprocess
 import sys
@@ -7,6 +9,8 @@ import sys
 import pytest
 
 from sglang_asd import launch_server as ls
+
+CONFIGS = pathlib.Path(__file__).resolve().parents[2] / "server_configs"
 
 
 def test_demo_when_no_model_and_asd_flags_split():
@@ -38,6 +42,22 @@ def test_config_yaml_carries_asd_keys(tmp_path):
     assert (settings.default_budget, settings.config.gate) == (3.0, 0.1)
     assert argv[argv.index("--model-path") + 1] == "/some/model"
     assert settings.standalone_draft_fix
+
+
+@pytest.mark.parametrize("config", sorted(p.name for p in CONFIGS.glob("*.yaml")))
+def test_shipped_configs_parse(config, monkeypatch):
+    """Every file in server_configs/ gives valid ASD settings and a command line SGLang's own parser
+    takes (fixtures are not built here: a ``fixture:`` path stays as written)."""
+    from sglang.srt.server_args import ServerArgs
+
+    monkeypatch.setattr(ls, "resolve_fixtures", lambda argv: argv)
+    settings, argv = ls.build_argv(["--config", str(CONFIGS / config)])
+    assert "--model-path" in argv and not any(a.startswith("--asd") for a in argv)
+    parser = argparse.ArgumentParser()
+    ServerArgs.add_cli_args(parser)
+    args = parser.parse_args(argv)
+    assert args.speculative_algorithm, f"{config}: no speculative algorithm, so ASD never runs"
+    assert settings.max_budget >= settings.default_budget
 
 
 def _run(args):
