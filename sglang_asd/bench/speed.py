@@ -126,9 +126,10 @@ def run(args: argparse.Namespace, arms: list[Arm]) -> dict:
         # NGRAM drafts come from a corpus of every request the server has seen, so a pass would draft
         # from the same prompts' earlier outputs: passes 2 and 3 of a strict arm accepted 4.3 and 6.4
         # tokens per round where the first accepted 1.8 (the demo model, 2026-12-02). Every pass on
-        # such a server starts from an empty corpus (and radix cache): SGLang's /flush_cache.
-        corpus_servers = {role: info[key].get("speculative_algorithm") == "NGRAM"
-                          for role, key in (("speculative", "server"), ("plain", "plain_server"))}
+        # such a server starts from an empty corpus: SGLang's /flush_cache, which also empties the radix
+        # cache, so then every server is flushed before each pass (no arm keeps its prompts' prefixes).
+        flush_each_pass = "NGRAM" in (info["server"].get("speculative_algorithm"),
+                                      info["plain_server"].get("speculative_algorithm"))
         order = speed_summary.schedule(arms)
         done = {(r["repeat"], r["index"]) for r in passes_of(log.records) if not r["errors"] and not r.get("disturbed")}
         todo = [(rep, i) for rep in range(args.repeats) for i in range(len(order)) if (rep, i) not in done]
@@ -143,7 +144,7 @@ def run(args: argparse.Namespace, arms: list[Arm]) -> dict:
                 for attempt in range(args.redo_disturbed + 1):
                     if attempt:
                         load.wait_quiet(args.max_foreign_share, max_wait_s=args.quiet_wait)
-                    if corpus_servers.get(arm.server):
+                    if flush_each_pass:
                         flush_cache(urls[arm.server])
                     cpu_before = targets.cpu_seconds(arm.server)
                     load.start()
