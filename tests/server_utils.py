@@ -44,12 +44,15 @@ class Server:
         env = dict(os.environ, PYTHONUNBUFFERED="1", **(env or {}))
         self._launched = LaunchedServer([*SERVER_DEFAULTS, *args], self.log_path, timeout=START_TIMEOUT_S,
                                         module=module, env=env)
-        self.url = self._launched.url
         self._t0 = time.time()
         self.started_s: float | None = None  # seconds from start to serving, once ready
         self._launched.start()
         if wait:
             self.ready()
+
+    @property
+    def url(self) -> str:  # a start that found its port taken restarts on another (LaunchedServer.wait)
+        return self._launched.url
 
     def ready(self) -> "Server":
         if self.started_s is None:

@@ -6,6 +6,12 @@ A launched server is ``python -m sglang_asd.launch_server ARGS`` as a child proc
 waits until it serves and stops it (its whole process group, by id) at the end. Only children
 this module started are ever signalled. Their logs go next to the benchmark's output
 (``server.log``, ``plain_server.log``) so a failed start can be read.
+
+Ports are picked free and bound later, by a child that first spends tens of seconds importing: SGLang
+does the same for its own rendezvous port (``get_free_port_below_ephemeral``, 22000-29999). Another
+process can take a port in that window (servers started side by side, as the test pool and the GPU
+kit do), so a server that exits before serving with "address already in use" in its log is started
+again, on a new HTTP port unless the caller chose one, at most ``START_ATTEMPTS`` times.
 """
 
 from __future__ import annotations
@@ -13,6 +19,8 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import os
+import random
+import re
 import shlex
 import signal
 import socket
@@ -218,7 +226,23 @@ def identity(info: dict) -> dict:
     return {k: info[k] for k in IDENTITY_KEYS if k in info}
 
 
-def free_port(host: str = "127.0.0.1") -> int:
+# HTTP ports for launched servers: under the kernel's ephemeral range (where outgoing connections,
+# this tool's own requests included, take their local ports) and below SGLang's rendezvous range.
+HTTP_PORTS = range(12000, 22000)
+PORT_IN_USE = re.compile(r"EADDRINUSE|[Aa]ddress already in use")
+START_ATTEMPTS = 3
+
+
+def free_port(host: str = "127.0.0.1", ports: range = HTTP_PORTS, attempts: int = 64) -> int:
+    """A port of ``ports`` that nothing holds now (bound without SO_REUSEADDR, so one with connections
+    still in TIME_WAIT counts as taken); the kernel's choice if ``attempts`` random picks all fail."""
+    for port in random.sample(ports, attempts):
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            try:
+                s.bind((host, port))
+            except OSError:
+                continue
+            return port
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind((host, 0))
         return s.getsockname()[1]
@@ -271,17 +295,20 @@ class LaunchedServer:
         self.module = module
         self.env = env
         self.host = _flag(self.argv, "--host") or "127.0.0.1"
-        port = _flag(self.argv, "--port")
-        if port is None:
-            port = str(free_port(self.host))
-            self.argv += ["--port", port]
+        self.own_port = _flag(self.argv, "--port") is None  # ours to change when a start finds it taken
+        if self.own_port:
+            self.argv += ["--port", str(free_port(self.host))]
         if _flag(self.argv, "--host") is None:
             self.argv += ["--host", self.host]
-        self.url = f"http://{self.host}:{port}"
         self.log_path = Path(log_path)
         self.timeout = timeout
         self.python = python
         self.proc: Optional[subprocess.Popen] = None
+        self._log_start = 0  # where the current start's lines begin in the log
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.host}:{_flag(self.argv, '--port')}"
 
     def __enter__(self) -> str:
         self.start()
@@ -291,6 +318,7 @@ class LaunchedServer:
         """Start the server process and return at once (``wait`` blocks until it serves)."""
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         log = self.log_path.open("ab")
+        self._log_start = log.tell()
         cmd = [self.python, "-m", self.module, *self.argv]
         log.write(("$ " + shlex.join(cmd) + "\n").encode())
         log.flush()
@@ -298,13 +326,35 @@ class LaunchedServer:
         log.close()
 
     def wait(self) -> str:
-        """Block until the started server is healthy; on failure stop it and raise."""
+        """Block until the started server is healthy; on failure stop it and raise. A start that
+        failed on a port another process took is retried (module docstring)."""
+        for attempt in range(1, START_ATTEMPTS + 1):
+            try:
+                wait_healthy(self.url, self.timeout, self.proc, self.log_path)
+                return self.url
+            except RuntimeError:  # the server exited before it served
+                self.stop()
+                if attempt == START_ATTEMPTS or not self._port_was_taken():
+                    raise
+            except BaseException:
+                self.stop()
+                raise
+            if self.own_port:
+                i = self.argv.index("--port")
+                self.argv[i + 1] = str(free_port(self.host))
+            with self.log_path.open("a") as log:
+                log.write(f"[sglang_asd] start {attempt} of {START_ATTEMPTS} found a port in use; starting "
+                          f"again (HTTP port {_flag(self.argv, '--port')})\n")
+            self.start()
+        raise AssertionError("unreachable")
+
+    def _port_was_taken(self) -> bool:
         try:
-            wait_healthy(self.url, self.timeout, self.proc, self.log_path)
-        except BaseException:
-            self.stop()
-            raise
-        return self.url
+            with self.log_path.open("rb") as log:
+                log.seek(self._log_start)
+                return PORT_IN_USE.search(log.read().decode(errors="replace")) is not None
+        except OSError:
+            return False
 
     def __exit__(self, *exc) -> None:
         self.stop()

@@ -43,6 +43,56 @@ def test_failed_start_reports_the_log(tmp_path):
             pass
 
 
+def test_start_that_finds_its_port_taken_is_retried_on_a_new_port(tmp_path):
+    """The first start dies as SGLang's scheduler does when its rendezvous port was taken meanwhile;
+    the second one serves, on another HTTP port."""
+    runs = tmp_path / "runs"
+    shim = _shim(tmp_path, f'echo run >> {runs}\nif [ $(wc -l < {runs}) -eq 1 ]; then\n'
+                           '  echo "DistNetworkError: port: 26308, code: -98, name: EADDRINUSE" >&2; exit 1\nfi\n'
+                           f'exec {sys.executable} {FAKE} "$@"')
+    server = LaunchedServer("", tmp_path / "server.log", timeout=30, python=shim)
+    first = server.url
+    with server as url:
+        assert requests.get(url + "/health", timeout=5).status_code == 200
+        assert url == server.url != first
+    assert runs.read_text().count("run") == 2
+    log = (tmp_path / "server.log").read_text()
+    assert f"start 1 of 3 found a port in use; starting again (HTTP port {url.rsplit(':', 1)[1]})" in log
+
+
+def test_port_clashes_are_retried_a_bounded_number_of_times(tmp_path):
+    runs = tmp_path / "runs"
+    shim = _shim(tmp_path, f'echo run >> {runs}; echo "OSError: [Errno 98] Address already in use" >&2; exit 1')
+    with pytest.raises(RuntimeError, match="(?s)exited with status 1.*Address already in use"):
+        with LaunchedServer("--port 23456", tmp_path / "server.log", timeout=30, python=shim) as url:
+            pass
+    assert runs.read_text().count("run") == 3
+    assert (tmp_path / "server.log").read_text().count("--port 23456") == 3   # a port the caller chose stays
+
+
+def test_other_start_failures_are_not_retried(tmp_path):
+    runs = tmp_path / "runs"
+    shim = _shim(tmp_path, f'echo run >> {runs}; echo "model not found" >&2; exit 3')
+    with pytest.raises(RuntimeError, match="exited with status 3"):
+        with LaunchedServer("", tmp_path / "server.log", timeout=30, python=shim):
+            pass
+    assert runs.read_text().count("run") == 1
+
+
+def test_free_port_is_below_the_ephemeral_range_and_free(tmp_path):
+    import socket
+
+    from sglang_asd.bench.server import HTTP_PORTS, free_port
+
+    port = free_port()
+    assert port in HTTP_PORTS
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", port))   # nothing holds it
+        s.listen()
+        held = range(port, port + 1)
+        assert free_port(ports=held, attempts=1) != port   # taken: falls back to the kernel's choice
+
+
 def test_plain_launch_args_drop_every_speculative_flag():
     from sglang_asd.bench.server import plain_launch_args
 
