@@ -19,6 +19,7 @@ import functools  # noqa: E402
 import logging  # noqa: E402
 import os  # noqa: E402
 import socket  # noqa: E402
+import subprocess  # noqa: E402
 import sys  # noqa: E402
 
 from sglang_asd import server_settings  # noqa: E402
@@ -78,21 +79,39 @@ PATH_FLAGS = ("--model-path", "--model", "--speculative-draft-model-path", "--to
 
 
 def resolve_fixtures(argv: list[str]) -> list[str]:
-    """Replace ``fixture:NAME`` path values with the offline fixture's directory (built if absent)."""
+    """Replace ``fixture:NAME`` path values with the offline fixture's directory.
+
+    Fixtures not yet built are built first, in a child process (``python -m sglang_asd.fixtures
+    build``): a build runs tensor ops, which start torch's OpenMP thread pool, and on CPU the
+    launcher forks its scheduler (``sglang_seams/start_method.py``); a libgomp pool does not survive a
+    fork, and the forked scheduler hung in its first parallel op (RoPE's cache, at "Load weight
+    begin") when the launcher had built the fixtures itself, on a machine without a cache."""
     out = list(argv)
+    places: list[tuple[int, str, str]] = []  # (argv index, prefix to keep, fixture name)
     for i, arg in enumerate(out):
         for flag in PATH_FLAGS:
             if arg == flag and i + 1 < len(out) and out[i + 1].startswith(FIXTURE_PREFIX):
-                out[i + 1] = _fixture_dir(out[i + 1])
+                places.append((i + 1, "", out[i + 1][len(FIXTURE_PREFIX):]))
             elif arg.startswith(flag + "=" + FIXTURE_PREFIX):
-                out[i] = flag + "=" + _fixture_dir(arg.split("=", 1)[1])
+                places.append((i, flag + "=", arg.split("=", 1)[1][len(FIXTURE_PREFIX):]))
+    if not places:
+        return out
+    from sglang_asd import fixtures
+
+    for name in {name for _, _, name in places}:
+        if name not in fixtures.FIXTURES:
+            raise LaunchError(f"unknown fixture {FIXTURE_PREFIX}{name}; known: {', '.join(fixtures.FIXTURES)}")
+    missing = sorted({name for _, _, name in places if not fixtures.is_built(name)})
+    if missing:
+        print(f"sglang_asd: building fixture(s) {', '.join(missing)} (once; cached under "
+              f"{fixtures.cache_root()}/models)", file=sys.stderr, flush=True)
+        done = subprocess.run([sys.executable, "-m", "sglang_asd.fixtures", "build", *missing])
+        if done.returncode != 0:
+            raise LaunchError(f"building fixture(s) {', '.join(missing)} failed (exit status {done.returncode}); "
+                              "see the output above")
+    for i, prefix, name in places:
+        out[i] = prefix + str(fixtures.fixture_path(name))
     return out
-
-
-def _fixture_dir(value: str) -> str:
-    from sglang_asd.fixtures import fixture_path
-
-    return str(fixture_path(value[len(FIXTURE_PREFIX):]))
 
 
 def cpu_defaults(argv: list[str]) -> list[str]:

@@ -22,9 +22,13 @@ import sys  # noqa: E402
 
 def main(argv: list[str] | None = None) -> None:
     from sglang_asd import cpu_backend
-    from sglang_asd.launch_server import cpu_defaults, resolve_fixtures
+    from sglang_asd.launch_server import LaunchError, cpu_defaults, resolve_fixtures
 
-    argv = resolve_fixtures(sys.argv[1:] if argv is None else argv)
+    try:
+        argv = resolve_fixtures(sys.argv[1:] if argv is None else argv)
+    except LaunchError as e:
+        print(f"sglang_asd.stock_server: error: {e.message}", file=sys.stderr)
+        raise
     if cpu_backend.is_installed():
         from sglang_asd.sglang_seams.cpu_paths import gemm_mode
         from sglang_asd.sglang_seams.start_method import start_method

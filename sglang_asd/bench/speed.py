@@ -62,13 +62,15 @@ CSV_COLUMNS = ("arm", "budget", "fields", "repeats_n", "speedup_median", "speedu
 
 def pass_record(arm: Arm, repeat: int, index: int, p: PassResult, expected_tokens: int,
                 server_cpu_s: Optional[float] = None, foreign_share: Optional[float] = None,
-                max_foreign_share: float = quiet.DEFAULT_MAX_SHARE) -> dict:
+                max_foreign_share: float = quiet.DEFAULT_MAX_SHARE, machine: Optional[str] = None) -> dict:
     """The logged form of one pass; ``server_cpu_s`` = CPU seconds the serving processes used
     during it (launched servers only), ``cpu_s_per_token`` = that over the output tokens,
     ``foreign_share`` = the machine's CPU that went to other work meanwhile (``quiet.py``; launched
-    servers only), ``disturbed`` when that is above ``max_foreign_share``."""
+    servers only), ``disturbed`` when that is above ``max_foreign_share``; ``machine`` = the
+    client's ``quiet.machine()`` id (a trio pairs passes of one machine, ``speed_summary``)."""
     m = result_metrics(p.results)
     return {"kind": "pass", "repeat": repeat, "index": index, "arm": arm.label, "server": arm.server,
+            "machine": machine,
             "fields": dict(arm.fields), "server_cpu_s": server_cpu_s, "foreign_share": foreign_share,
             "disturbed": foreign_share is not None and foreign_share > max_foreign_share,
             "cpu_s_per_token": server_cpu_s / m["output_tokens"] if server_cpu_s and m["output_tokens"] else None,
@@ -111,7 +113,9 @@ def run(args: argparse.Namespace, arms: list[Arm]) -> dict:
                                                         api=args.api, model=model, tag="preflight")) for a in arms],
                   args.timeout)
         log = RunLog.open(log_path, LOG_KIND, fp, args.resume)
-        log.append({"kind": "plan", "repeats": args.repeats, "started": time.strftime("%Y-%m-%dT%H:%M:%S%z")})
+        machine = quiet.machine()
+        log.append({"kind": "plan", "repeats": args.repeats, "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+                    "machine": machine})
         meta = {"urls": urls, **info, "model": model}
         by_label = {a.label: a for a in arms}
 
@@ -131,14 +135,14 @@ def run(args: argparse.Namespace, arms: list[Arm]) -> dict:
         flush_each_pass = "NGRAM" in (info["server"].get("speculative_algorithm"),
                                       info["plain_server"].get("speculative_algorithm"))
         order = speed_summary.schedule(arms)
-        done = {(r["repeat"], r["index"]) for r in passes_of(log.records) if not r["errors"] and not r.get("disturbed")}
-        todo = [(rep, i) for rep in range(args.repeats) for i in range(len(order)) if (rep, i) not in done]
+        usable = [r for r in passes_of(log.records) if not r["errors"] and not r.get("disturbed")]
+        todo = speed_summary.passes_to_run(usable, order, args.repeats, machine["id"])
         expected = len(prompts) * args.max_new_tokens
         from tqdm import tqdm
 
         total = args.repeats * len(order)
         load = quiet.ForeignLoad(lambda: own_cpu_s(targets))
-        with tqdm(total=total, initial=total - len(todo), desc="speed passes", unit="pass", dynamic_ncols=True) as bar:
+        with tqdm(total=total, initial=max(0, total - len(todo)), desc="speed passes", unit="pass", dynamic_ncols=True) as bar:
             for repeat, index in todo:
                 arm = by_label[order[index]]
                 for attempt in range(args.redo_disturbed + 1):
@@ -153,7 +157,8 @@ def run(args: argparse.Namespace, arms: list[Arm]) -> dict:
                     share = load.share()
                     cpu_after = targets.cpu_seconds(arm.server)
                     cpu = None if cpu_before is None or cpu_after is None else cpu_after - cpu_before
-                    record = pass_record(arm, repeat, index, p, expected, cpu, share, args.max_foreign_share)
+                    record = pass_record(arm, repeat, index, p, expected, cpu, share, args.max_foreign_share,
+                                         machine["id"])
                     log.append(record)
                     write(build_result(log.header, log.records, args.repeats, meta), args.out)
                     if record["errors"]:
@@ -192,8 +197,8 @@ def own_cpu_s(targets) -> Optional[float]:
 
 def passes_of(records: list[dict]) -> list[dict]:
     """The pass records of a log (the others are the plan of each invocation); a pass redone by
-    ``--resume`` (it had failed requests) counts once, as its latest record."""
-    latest = {(r["repeat"], r["index"]): r for r in records if r.get("kind") == "pass"}
+    ``--resume`` (it had failed requests) counts once, as its latest record on that machine."""
+    latest = {speed_summary.position(r): r for r in records if r.get("kind") == "pass"}
     return list(latest.values())
 
 
@@ -221,11 +226,22 @@ def build_result(header: dict, records: list[dict], repeats: int, meta: Optional
         "kind": "asd-speed", "version": 2, "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         "config": {**{k: v for k, v in fp.items() if k not in ("prompts",)}, "num_prompts": len(fp["prompts"]),
                    "repeats": repeats, "log_created": header["created"]},
-        "complete": {"passes": sum(not p["errors"] for p in passes), "planned": planned},
+        "complete": {"passes": len({(p["repeat"], p["index"]) for p in passes if not p["errors"]}),
+                     "planned": planned},
+        "machines": [dict(m, passes=speed_summary.machines(passes).get(m["id"], 0)) for m in _unique_machines(records)],
         "server": meta.get("server", fp.get("server")),
         "plain_server": meta.get("plain_server", fp.get("plain_server")),
         "arms": rows, "passes": passes, "warnings": speed_summary.warnings_for(passes, rows),
     }
+
+
+def _unique_machines(records: list[dict]) -> list[dict]:
+    """The machines the invocations of a log ran on (plan records), first appearance order."""
+    seen: dict[str, dict] = {}
+    for r in records:
+        if r.get("kind") == "plan" and r.get("machine"):
+            seen.setdefault(r["machine"]["id"], r["machine"])
+    return list(seen.values())
 
 
 def repeats_cell(value: Optional[float], ci, repeats: Optional[int]) -> str:
@@ -253,6 +269,9 @@ def write(result: dict, out: Path) -> None:
     for key in ("server", "plain_server"):
         if result.get(key):
             md += [f"{key}: " + ", ".join(f"{k}={v}" for k, v in result[key].items()), ""]
+    if result.get("machines"):
+        md += ["machines: " + "; ".join(f"{m['id']} ({m['cpu']}, {m['cpus']} CPUs): {m['passes']} passes"
+                                         for m in result["machines"]), ""]
     if cfg.get("launch") is not None:
         md += [f"launch: `{cfg['launch']}`", ""]
     if result["warnings"]:

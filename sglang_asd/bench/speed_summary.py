@@ -17,6 +17,13 @@ every candidate pass sits between two strict passes of the same repeat (a *trio*
   steadier one there; tok/s is what a user waits for.
 
 Only complete trios count; ``complete`` says how many passes of the planned run are logged.
+
+A trio is measured on one machine. A run resumed in another session may run on another machine
+(``quiet.machine``: every boot is a new one), whose speed can differ by far more than any arm's
+effect, so a pass is logged with its machine, a trio pairs only passes of one machine, and a resumed
+run re-measures on the machine at hand whatever an incomplete trio still lacks, its strict neighbours
+included (``passes_to_run``). A position may then hold passes of two machines; the one of the trio
+counts. Passes logged before machines were recorded share the machine ``None``.
 """
 
 from __future__ import annotations
@@ -47,17 +54,52 @@ def request_rates(p: dict) -> dict[str, float]:
     return out
 
 
+def position(p: dict) -> tuple:
+    """Where a logged pass sits: ``(repeat, index in the schedule, machine)``."""
+    return p["repeat"], p["index"], p.get("machine")
+
+
 def trios(passes: list[dict], label: str) -> list[tuple[dict, dict, dict]]:
     """``(before, candidate, after)`` for every logged pass of ``label`` whose two strict
-    neighbours in the same repeat are logged too."""
-    at = {(p["repeat"], p["index"]): p for p in passes}
+    neighbours in the same repeat are logged too, on the same machine."""
+    at = {position(p): p for p in passes}
     out = []
-    for (repeat, index), p in sorted(at.items()):
+    for (repeat, index, machine), p in sorted(at.items(), key=lambda kv: (kv[0][:2], str(kv[0][2]))):
         if p["arm"] != label:
             continue
-        before, after = at.get((repeat, index - 1)), at.get((repeat, index + 1))
+        before, after = at.get((repeat, index - 1, machine)), at.get((repeat, index + 1, machine))
         if before and after and before["arm"] == STRICT and after["arm"] == STRICT:
             out.append((before, p, after))
+    return out
+
+
+def passes_to_run(passes: list[dict], order: list[str], repeats: int, machine: Optional[str]) -> list[tuple[int, int]]:
+    """``(repeat, index)`` of every pass still to run on ``machine``, in schedule order: each
+    candidate without a complete trio, with those of its strict neighbours not yet logged there.
+    ``passes``: the usable ones (no failed request, not disturbed). Without candidates (strict
+    alone), every strict pass not logged on ``machine``."""
+    here = {(p["repeat"], p["index"]) for p in passes if p.get("machine") == machine}
+    settled = {(c["repeat"], c["index"]) for label in set(order) - {STRICT} for _, c, _ in trios(passes, label)}
+    todo: list[tuple[int, int]] = []
+    for repeat in range(repeats):
+        for index, label in enumerate(order):
+            if label == STRICT:
+                if len(order) == 1 and (repeat, index) not in here:
+                    todo.append((repeat, index))
+                continue
+            if (repeat, index) in settled:
+                continue
+            for pos in ((repeat, index - 1), (repeat, index), (repeat, index + 1)):
+                if pos not in here and pos not in todo:
+                    todo.append(pos)
+    return todo
+
+
+def machines(passes: list[dict]) -> dict:
+    """Passes per machine id (``None``: logged before machines were recorded)."""
+    out: dict = {}
+    for p in passes:
+        out[p.get("machine")] = out.get(p.get("machine"), 0) + 1
     return out
 
 
@@ -172,6 +214,11 @@ def warnings_for(passes: list[dict], rows: list[dict]) -> list[str]:
                        f"(reasons: {', '.join(sorted(reasons))})")
         if r.get("applied_share") is None and r["repeats_n"]:
             out.append(f"{r['arm']}: no ASD receipts in responses (is this an sglang-asd server?)")
+    per_machine = machines(passes)
+    if len(per_machine) > 1:
+        out.append(f"passes from {len(per_machine)} machines ("
+                   + ", ".join(f"{m or 'not recorded'}: {n}" for m, n in per_machine.items())
+                   + "): every ratio pairs passes of one machine; the tok/s columns pool them")
     for r in rows:
         if r.get("drift_median") is not None and r["drift_median"] > DRIFT_WARN:
             out.append(f"{r['arm']}: median baseline drift {r['drift_median']:.1%} > {DRIFT_WARN:.0%}: "

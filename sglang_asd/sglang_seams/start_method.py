@@ -16,7 +16,8 @@
   runs one Python thread; its only other threads are the idle OpenBLAS servers of numpy and scipy,
   which stop and restart around a fork through their own ``pthread_atfork`` handlers. The launcher
   has run no tensor op, so torch's OpenMP pool does not exist yet (a libgomp pool cannot cross a
-  fork), and no ZMQ context exists (the tokenizer manager opens its sockets after the children
+  fork: fixtures the launcher needs are therefore built in a child process,
+  ``launch_server.resolve_fixtures``; built in the launcher, they hung the forked scheduler), and no ZMQ context exists (the tokenizer manager opens its sockets after the children
   start). What the children inherit and what they do with it:
   - the CPU stand-in and ``torch._dynamo`` off (``process.prepare_process``, idempotent; a spawned
     child does the same on its own);

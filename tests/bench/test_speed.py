@@ -57,6 +57,81 @@ def test_incomplete_trio_does_not_count():
     assert rows["b32"]["speedup_median"] is None and rows["b32"]["speedup_ci"] is None
 
 
+def _on(machine, passes):
+    for p in passes:
+        p["machine"] = machine
+    return passes
+
+
+def test_a_trio_pairs_passes_of_one_machine():
+    """Machine A ran strict, b8, strict, b32 before the session ended; machine B (twice as fast)
+    re-measures strict 2 for b32's trio. b8 keeps A's trio, b32 gets B's: no ratio mixes them."""
+    a = _on("A", _repeat(0, [("strict", 100), ("b8", 110), ("strict", 100), ("b32", 130)]))
+    b = _on("B", [_pass("strict", 0, 2, 200), _pass("b32", 0, 3, 250), _pass("strict", 0, 4, 200)])
+    rows = {r["arm"]: r for r in speed_summary.summarize(a + b, ARMS)}
+    assert rows["b8"]["ratios"] == [pytest.approx(1.1)] and rows["b32"]["ratios"] == [pytest.approx(1.25)]
+    assert rows["b8"]["drift_median"] == 0 and rows["b32"]["drift_median"] == 0
+    warning = next(w for w in speed_summary.warnings_for(a + b, list(rows.values())) if "machines" in w)
+    assert warning.startswith("passes from 2 machines (A: 4, B: 3)")
+    # a candidate whose neighbours ran on another machine has no trio
+    mixed = _on("A", _repeat(0, [("strict", 100), ("b8", 110)])) + _on("B", [_pass("strict", 0, 2, 200)])
+    assert speed_summary.trios(mixed, "b8") == []
+
+
+def test_a_run_resumed_on_another_machine_remeasures_what_its_open_trio_lacks():
+    order = speed_summary.schedule(ARMS)                    # strict b8 strict b32 strict
+    a = _on("A", _repeat(0, [("strict", 100), ("b8", 110), ("strict", 100), ("b32", 130)]))
+    assert speed_summary.passes_to_run(a, order, 1, "A") == [(0, 4)]
+    assert speed_summary.passes_to_run(a, order, 1, "B") == [(0, 2), (0, 3), (0, 4)]
+    assert speed_summary.passes_to_run(a, order, 2, "B") == [(0, 2), (0, 3), (0, 4), (1, 0), (1, 1), (1, 2),
+                                                            (1, 3), (1, 4)]
+    assert speed_summary.passes_to_run([], order, 1, None) == [(0, i) for i in range(5)]
+    done = a + _on("B", [_pass("strict", 0, 2, 200), _pass("b32", 0, 3, 250), _pass("strict", 0, 4, 200)])
+    assert speed_summary.passes_to_run(done, order, 1, "C") == []
+    # strict alone: every strict pass not logged on this machine
+    assert speed_summary.passes_to_run(a[:1], ["strict"], 2, "A") == [(1, 0)]
+
+
+def test_speed_logs_the_machine_and_a_resume_elsewhere_completes_the_trio(fake_server_url, tmp_path, monkeypatch):
+    from sglang_asd.bench import quiet
+
+    args = ["--url", fake_server_url, "--budgets", "0,8,32", "--num-prompts", "2", "--max-new-tokens", "6",
+            "--concurrency", "2", "--repeats", "1", "--out", str(tmp_path)]
+    real_append = speed.RunLog.append
+
+    def stop_after_four(self, record):
+        real_append(self, record)
+        if len([r for r in self.records if r.get("kind") == "pass"]) == 4:
+            raise KeyboardInterrupt
+
+    monkeypatch.setattr(quiet, "machine", lambda: {"id": "host-a/1", "cpu": "X", "cpus": 2})
+    monkeypatch.setattr(speed.RunLog, "append", stop_after_four)
+    with pytest.raises(KeyboardInterrupt):
+        speed.main(args)
+    monkeypatch.setattr(speed.RunLog, "append", real_append)
+    monkeypatch.setattr(quiet, "machine", lambda: {"id": "host-b/2", "cpu": "Y", "cpus": 16})
+    assert speed.main(args + ["--resume"]) == 0
+    result = json.loads((tmp_path / "speed.json").read_text())
+    ran = [(p["index"], p["machine"]) for p in result["passes"]]
+    assert sorted(ran) == [(0, "host-a/1"), (1, "host-a/1"), (2, "host-a/1"), (2, "host-b/2"), (3, "host-a/1"),
+                           (3, "host-b/2"), (4, "host-b/2")]
+    assert result["complete"] == {"passes": 5, "planned": 5}
+    assert [(m["id"], m["passes"]) for m in result["machines"]] == [("host-a/1", 4), ("host-b/2", 3)]
+    assert [r["repeats_n"] for r in result["arms"]] == [1, 1, 1]
+    md = (tmp_path / "speed.md").read_text()
+    assert "machines: host-a/1 (X, 2 CPUs): 4 passes; host-b/2 (Y, 16 CPUs): 3 passes" in md
+    assert "passes from 2 machines" in md
+
+
+def test_machine_id_names_this_boot():
+    from sglang_asd.bench import quiet
+
+    m = quiet.machine()
+    assert m == quiet.machine() and m["cpus"] >= 1 and m["cpu"]
+    node, boot = m["id"].rsplit("/", 1)
+    assert len(boot) == 8 or boot == "?"
+
+
 def test_cpu_ratio_is_tokens_per_cpu_second_against_strict():
     passes = _repeat(0, [("strict", 100), ("b8", 50), ("strict", 100), ("b32", 100), ("strict", 100)])
     for p, cpt in zip(passes, [0.02, 0.015, 0.03, None, 0.02]):

@@ -113,3 +113,30 @@ def test_unsupported_modes_are_named_in_receipts():
     reason = _reason(choice, greedy, True, "unsupported:dflash")
     receipt = RequestLedger(choice=choice, reason=reason).receipt()
     assert receipt["applied"] is False and receipt["reason"] == "unsupported:dflash"
+
+
+def test_fixtures_are_built_in_a_child_process(tmp_path, monkeypatch):
+    """The launcher itself runs no build (its forked scheduler would inherit torch's OpenMP pool)."""
+    from sglang_asd.fixtures import cache
+
+    monkeypatch.setenv("SGLANG_ASD_CACHE", str(tmp_path))
+    real = cache.build_atomic
+
+    def no_build_here(*args, **kwargs):
+        path, built = real(*args, **kwargs)
+        assert not built, f"{args[0]} was built in the launcher process"
+        return path, built
+
+    monkeypatch.setattr(cache, "build_atomic", no_build_here)
+    argv = ls.resolve_fixtures(["--tokenizer-path=fixture:tiny-tokenizer", "--dtype", "float32"])
+    assert argv == [f"--tokenizer-path={tmp_path}/models/tiny-tokenizer", "--dtype", "float32"]
+    assert (tmp_path / "models" / "tiny-tokenizer" / "fixture.json").is_file()
+    assert ls.resolve_fixtures(["--model-path", "/plain/path"]) == ["--model-path", "/plain/path"]
+
+
+def test_unknown_fixture_is_one_line_error(tmp_path, monkeypatch):
+    monkeypatch.setenv("SGLANG_ASD_CACHE", str(tmp_path))
+    with pytest.raises(ls.LaunchError) as e:
+        ls.resolve_fixtures(["--model-path", "fixture:no-such-model"])
+    assert e.value.message.startswith("unknown fixture fixture:no-such-model; known: ")
+    assert not (tmp_path / "models").exists()
