@@ -77,10 +77,15 @@ smol_speed() {  # smol_speed CONCURRENCY REPEATS
 # never raise it: the server runs at --asd-gate 0.5 and every arm states its gate).
 qwen_audit qwen_audit_l20 0,8 20
 smol_speed 1 1
-# The demo model with n-gram drafts (server_configs/cpu_demo_ngram.yaml; each pass from an empty corpus)
-step smol_ngram_c1_r1 sglang_asd.bench.speed --launch='--model-path fixture:smollm2-135m --speculative-algorithm NGRAM' \
-    --plain-launch='--model-path fixture:smollm2-135m' --budgets 0,8 --dataset gsm8k,mtbench --num-prompts 16 \
-    --max-new-tokens 128 --concurrency 1 --repeats 1 $LONG --out "$OUT/smol_ngram_c1"
+# The demo model with n-gram drafts (server_configs/cpu_demo_ngram.yaml; each pass from an empty corpus):
+# the one demo configuration where speculation can beat plain decoding on this CPU, so three repeats
+smol_ngram() {  # smol_ngram CONCURRENCY REPEATS
+    step "smol_ngram_c$1_r$2" sglang_asd.bench.speed --launch='--model-path fixture:smollm2-135m --speculative-algorithm NGRAM' \
+        --plain-launch='--model-path fixture:smollm2-135m' --budgets 0,8 --dataset gsm8k,mtbench --num-prompts 16 \
+        --max-new-tokens 128 --concurrency $1 --repeats $2 $LONG --out "$OUT/smol_ngram_c$1"
+}
+smol_ngram 1 1
+smol_ngram 1 3
 for limit in 50 100; do qwen_audit "qwen_audit_l$limit" 0,8 $limit; done
 qwen_speed 1 1
 # Issue 9: stock STANDALONE vs the draft-input fix, both pairs, strict and budget 8 (short)
