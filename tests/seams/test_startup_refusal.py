@@ -12,7 +12,7 @@ import sys
 
 import pytest
 
-from sglang_asd.launch_server import _fixture_dir
+from sglang_asd.launch_server import resolve_fixtures
 
 pytestmark = pytest.mark.server
 
@@ -27,11 +27,12 @@ CASES = {
 def _launch(kind: str) -> subprocess.CompletedProcess:
     from sglang_asd.bench.server import free_port
 
-    args = ["--model-path", _fixture_dir("fixture:tiny-llama"), "--speculative-algorithm", "EAGLE",
-            "--speculative-draft-model-path", _fixture_dir("fixture:tiny-eagle-noisy"),
-            "--speculative-num-steps", "3", "--speculative-num-draft-tokens", "4", "--speculative-eagle-topk", "1",
-            # 0.8: SGLang's start-up memory check must not trip over the other launch (tests/server_utils.py)
-            "--dtype", "float32", "--mem-fraction-static", "0.8", "--port", str(free_port("127.0.0.1"))]
+    args = resolve_fixtures([
+        "--model-path", "fixture:tiny-llama", "--speculative-algorithm", "EAGLE",
+        "--speculative-draft-model-path", "fixture:tiny-eagle-noisy",
+        "--speculative-num-steps", "3", "--speculative-num-draft-tokens", "4", "--speculative-eagle-topk", "1",
+        # 0.8: SGLang's start-up memory check must not trip over the other launch (tests/server_utils.py)
+        "--dtype", "float32", "--mem-fraction-static", "0.8", "--port", str(free_port("127.0.0.1"))])
     env = dict(os.environ, SGLANG_ASD_TEST_BREAK=kind)
     return subprocess.run([sys.executable, "-m", "tests.broken_hook_server", *args], capture_output=True, text=True,
                           timeout=600, env=env)
