@@ -131,7 +131,8 @@ def run(args: argparse.Namespace, arms: list[Arm]) -> dict:
         # from the same prompts' earlier outputs: passes 2 and 3 of a strict arm accepted 4.3 and 6.4
         # tokens per round where the first accepted 1.8 (the demo model, 2026-12-02). Every pass on
         # such a server starts from an empty corpus: SGLang's /flush_cache, which also empties the radix
-        # cache, so then every server is flushed before each pass (no arm keeps its prompts' prefixes).
+        # cache, so then every pass flushes its own server first, the plain one too (no arm keeps its
+        # prompts' prefixes).
         flush_each_pass = "NGRAM" in (info["server"].get("speculative_algorithm"),
                                       info["plain_server"].get("speculative_algorithm"))
         order = speed_summary.schedule(arms)
