@@ -59,11 +59,15 @@ def add_cells(row: dict) -> dict:
 
 
 def _concurrency(value) -> str:
+    """``logged_concurrency``'s value in words: a run that predates the field is "not logged"; a
+    resume is said to have changed the concurrency only when two logged values differ."""
     if value is None:
         return "not logged"
-    if isinstance(value, list):
-        return f"{', '.join('not logged' if v is None else str(v) for v in value)} (a resume changed it)"
-    return str(value)
+    if not isinstance(value, list):
+        return str(value)
+    known = [str(v) for v in value if v is not None]
+    text = ", ".join(known) + (" (a resume changed it)" if len(known) > 1 else "")
+    return text + ("; earlier runs did not log it" if None in value else "")
 
 
 def write(audit: dict, out: Path, speed: Optional[dict]) -> None:

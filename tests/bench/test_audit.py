@@ -6,7 +6,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from sglang_asd.bench import audit, audit_summary
+from sglang_asd.bench import audit, audit_report, audit_summary
 from sglang_asd.bench.arms import Arm
 
 
@@ -204,3 +204,7 @@ def test_the_report_gives_the_logged_concurrency(fake_server_url, tmp_path):
     assert audit.logged_concurrency([{"kind": "plan", "arms": []}]) is None  # a log from before the field
     # a log resumed after the field existed: the older runs stay "not logged", not silently the newer value
     assert audit.logged_concurrency([{"kind": "plan"}, {"kind": "plan", "concurrency": 24}]) == [24, None]
+    assert audit_report._concurrency([24, None]) == "24; earlier runs did not log it"
+    assert audit_report._concurrency([3, 5, None]) == "3, 5 (a resume changed it); earlier runs did not log it"
+    assert audit_report._concurrency([3, 5]) == "3, 5 (a resume changed it)"
+    assert audit_report._concurrency(None) == "not logged" and audit_report._concurrency(24) == "24"
