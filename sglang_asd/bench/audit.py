@@ -142,8 +142,12 @@ def run(args: argparse.Namespace, arms: list[Arm], tasks: list[str], speed: Opti
 def build_result(header: dict, records: list[dict], arms: list[Arm], tasks: list[str], limit: Optional[int],
                  args: argparse.Namespace, speed: Optional[dict], info: Optional[dict] = None) -> dict:
     """The report of a log (complete or not): per task and arm, and per arm pooled."""
-    planned = {t: len(datasets.load_prompts(t, limit)) for t in tasks}
-    rows, by_arm = audit_summary.summarize(items_of(records), arms, tasks, planned)
+    prompts = {t: datasets.load_prompts(t, limit) for t in tasks}
+    planned = {t: len(ps) for t, ps in prompts.items()}
+    # Only the planned items: a log that a larger --limit has grown is reported at a smaller one.
+    ids = {(t, p.id) for t, ps in prompts.items() for p in ps}
+    rows, by_arm = audit_summary.summarize([r for r in items_of(records) if (r["task"], r["tag"]) in ids],
+                                           arms, tasks, planned)
     speedups = report.speedups_by_arm(speed)
     for r in by_arm:
         r["speedup"] = speedups.get(r["arm"], {}).get("value")

@@ -193,6 +193,22 @@ def test_plan_is_item_major_with_every_arm_of_an_item_together():
     assert todo == [("b8", "q0"), ("strict", "q1"), ("strict", "q2"), ("b8", "q2")]
 
 
+def test_report_at_a_smaller_limit_counts_only_its_items(fake_server_url, tmp_path):
+    """A log that a --limit 4 resume has grown, reported with --limit 2, is the --limit 2 run's report."""
+    base = ["--url", fake_server_url, "--tasks", "gsm8k,mmlu", "--budgets", "0,8", "--concurrency", "2"]
+    small, grown = tmp_path / "small", tmp_path / "grown"
+    assert audit.main(base + ["--limit", "2", "--out", str(small)]) == 0
+    assert audit.main(base + ["--limit", "2", "--out", str(grown)]) == 0
+    assert audit.main(base + ["--limit", "4", "--resume", "--out", str(grown)]) == 0
+    assert json.loads((grown / "audit.json").read_text())["complete"]["line"] == "complete: 16 of 16 items"
+    assert audit.main(["--report-only", "--limit", "2", "--out", str(grown)]) == 0
+    a, b = (json.loads((d / "audit.json").read_text()) for d in (small, grown))
+    assert b["complete"]["line"] == "complete: 8 of 8 items"
+    same = ("task", "arm", "n", "accuracy", "acc_delta", "lost", "gained", "len_delta", "accept_length")
+    assert [{k: r[k] for k in same} for r in a["results"]] == [{k: r[k] for k in same} for r in b["results"]]
+    assert [r["n"] for r in b["results"]] == [2, 2, 2, 2]
+
+
 def test_the_report_gives_the_logged_concurrency(fake_server_url, tmp_path):
     base = ["--url", fake_server_url, "--tasks", "mmlu", "--budgets", "0", "--out", str(tmp_path)]
     assert audit.main(base + ["--limit", "2", "--concurrency", "3"]) == 0
