@@ -185,12 +185,39 @@ def test_an_arm_that_loses_requests_stops_the_audit_and_resume_redoes_them(fake_
     assert result["complete"]["items"] == 8 and result["complete"]["planned"] == 8
 
 
-def test_plan_is_item_major_with_every_arm_of_an_item_together():
+def test_plan_is_task_then_item_major_with_every_arm_of_an_item_together():
     strict, b8 = Arm("strict", {"asd_budget": 0.0}), Arm("b8", {"asd_budget": 8.0})
     items = [SimpleNamespace(id=f"q{i}") for i in range(3)]
-    done = {("strict", "gsm8k", "q0"), ("b8", "gsm8k", "q1"), ("strict", "mbpp", "q2")}
-    todo = [(a.label, p.id) for a, p in audit.plan([strict, b8], items, done, "gsm8k")]
-    assert todo == [("b8", "q0"), ("strict", "q1"), ("strict", "q2"), ("b8", "q2")]
+    done = {("strict", "gsm8k", "q0"), ("b8", "gsm8k", "q1"), ("strict", "mbpp", "q2"), ("b8", "mbpp", "q0")}
+    todo = [(t, a.label, p.id) for t, a, p in audit.plan([strict, b8], {"gsm8k": items, "mbpp": items[::-1]}, done)]
+    assert todo == [("gsm8k", "b8", "q0"), ("gsm8k", "strict", "q1"), ("gsm8k", "strict", "q2"), ("gsm8k", "b8", "q2"),
+                    ("mbpp", "b8", "q2"), ("mbpp", "strict", "q1"), ("mbpp", "b8", "q1"), ("mbpp", "strict", "q0")]
+
+
+def test_every_task_runs_in_one_pass_and_each_finished_task_is_reported(fake_server_url, tmp_path, monkeypatch):
+    """One pass for all tasks (the batch does not drain between them); the report is rewritten as each
+    task completes, so a long audit shows its finished tasks while the last one runs."""
+    passes, reports = [], []
+    real_run_pass, real_write = audit.run_pass, audit.write
+
+    def counting_run_pass(url, reqs, *a, **kw):
+        passes.append(sorted({r.tag.split("/")[0] for r in reqs}))
+        return real_run_pass(url, reqs, *a, **kw)
+
+    def recording_write(result, out, speed):
+        reports.append({r["task"]: r["n"] for r in result["results"] if r["arm"] == "b8"})
+        return real_write(result, out, speed)
+
+    monkeypatch.setattr(audit, "run_pass", counting_run_pass)
+    monkeypatch.setattr(audit, "write", recording_write)
+    args = ["--url", fake_server_url, "--budgets", "0,8", "--tasks", "gsm8k,mmlu", "--limit", "3",
+            "--concurrency", "1", "--out", str(tmp_path)]
+    assert audit.main(args) == 0
+    assert len(passes) == 1
+    # gsm8k complete while mmlu runs, then the final report; a resume with nothing left sends nothing
+    assert reports == [{"gsm8k": 3}, {"gsm8k": 3, "mmlu": 3}]
+    assert audit.main(args + ["--resume"]) == 0
+    assert len(passes) == 1 and reports[-1] == {"gsm8k": 3, "mmlu": 3}
 
 
 def test_report_at_a_smaller_limit_counts_only_its_items(fake_server_url, tmp_path):

@@ -57,7 +57,7 @@ qwen_speed() {  # qwen_speed CONCURRENCY REPEATS
         $LONG --out "$OUT/qwen_speed_c$1"
 }
 # Qwen audit at natural stop, chat route, cap 384, strict run twice (noise floor). Audits do not depend on
-# timing, so they run at concurrency 24 (one pass per task holds every arm's requests, sglang_asd/bench/
+# timing, so they run at concurrency 24 (one pass holds every task's and arm's requests, sglang_asd/bench/
 # audit.py plan): this host's GEMMs are memory-bound, a layer costs about as much for 40 rows as for 120,
 # so tokens per second grow with the batch. The KV pool holds 24 x (prompt + 384) tokens.
 qwen_audit() {  # qwen_audit NAME BUDGETS LIMIT
