@@ -58,8 +58,9 @@ qwen_speed() {  # qwen_speed CONCURRENCY REPEATS
 }
 # Qwen audit at natural stop, chat route, cap 384, strict run twice (noise floor). Audits do not depend on
 # timing, so they run at concurrency 24 (one pass holds every task's and arm's requests, sglang_asd/bench/
-# audit.py plan): this host's GEMMs are memory-bound, a layer costs about as much for 40 rows as for 120,
-# so tokens per second grow with the batch. The KV pool holds 24 x (prompt + 384) tokens.
+# audit.py plan): this host's GEMMs cost less than linearly in their rows (2 threads: one Qwen layer
+# 104 ms for 40 rows, 156 ms for 120; one MLP GEMM 20.4 ms for 24 rows, 51.8 ms for 120), so tokens per
+# second grow with the batch. The KV pool holds 24 x (prompt + 384) tokens.
 qwen_audit() {  # qwen_audit NAME BUDGETS LIMIT
     step "$1" sglang_asd.bench.audit --launch="$QWEN_PAIR $FIX --mem-fraction-static 0.8 --max-total-tokens 32768" --budgets $2 \
         --tasks gsm8k,humaneval,mbpp --limit $3 --api chat --max-new-tokens 384 --concurrency 24 --noise-floor \
