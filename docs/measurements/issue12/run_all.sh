@@ -89,6 +89,9 @@ smol_ngram 1 1
 smol_ngram 1 3
 for limit in 50 100; do qwen_audit "qwen_audit_l$limit" 0,8 $limit; done
 qwen_speed 1 1
+qwen_speed 4 1
+# 2. Three speed repeats (issue 12 names them), then the issue-9 A/Bs in the current CPU mode
+for r in 2 3; do qwen_speed 1 $r; qwen_speed 4 $r; done
 # Issue 9: stock STANDALONE vs the draft-input fix, both pairs, strict and budget 8 (short)
 for pair in smol qwen; do
     if [ $pair = qwen ]; then ARGS=$QWEN; else ARGS=$SMOL; fi
@@ -97,10 +100,6 @@ for pair in smol qwen; do
     step "standalone_${pair}_fixed" sglang_asd.bench.speed --launch="$ARGS $FIX" --budgets 0,8 --num-prompts 8 \
         --max-new-tokens 64 --concurrency 1 --repeats 2 $LONG --out "$OUT/standalone_fix/${pair}_fixed"
 done
-
-qwen_speed 4 1
-# 2. Three speed repeats
-for r in 2 3; do qwen_speed 1 $r; qwen_speed 4 $r; done
 smol_speed 1 3
 smol_speed 4 3
 
