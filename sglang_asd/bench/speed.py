@@ -62,17 +62,22 @@ CSV_COLUMNS = ("arm", "budget", "fields", "repeats_n", "speedup_median", "speedu
 
 def pass_record(arm: Arm, repeat: int, index: int, p: PassResult, expected_tokens: int,
                 server_cpu_s: Optional[float] = None, foreign_share: Optional[float] = None,
-                max_foreign_share: float = quiet.DEFAULT_MAX_SHARE, machine: Optional[str] = None) -> dict:
+                max_foreign_share: float = quiet.DEFAULT_MAX_SHARE, machine: Optional[str] = None,
+                stall_s: Optional[float] = None) -> dict:
     """The logged form of one pass; ``server_cpu_s`` = CPU seconds the serving processes used
     during it (launched servers only), ``cpu_s_per_token`` = that over the output tokens,
     ``foreign_share`` = the machine's CPU that went to other work meanwhile (``quiet.py``; launched
-    servers only), ``disturbed`` when that is above ``max_foreign_share``; ``machine`` = the
-    client's ``quiet.machine()`` id (a trio pairs passes of one machine, ``speed_summary``)."""
+    servers only), ``stall_s`` = the longest the machine stood still (``quiet.Heartbeat``),
+    ``disturbed`` when the share is above ``max_foreign_share`` or the stall above
+    ``quiet.MAX_STALL_S``; ``machine`` = the client's ``quiet.machine()`` id (a trio pairs passes of
+    one machine, ``speed_summary``)."""
     m = result_metrics(p.results)
     return {"kind": "pass", "repeat": repeat, "index": index, "arm": arm.label, "server": arm.server,
             "machine": machine,
             "fields": dict(arm.fields), "server_cpu_s": server_cpu_s, "foreign_share": foreign_share,
-            "disturbed": foreign_share is not None and foreign_share > max_foreign_share,
+            "stall_s": stall_s,
+            "disturbed": (foreign_share is not None and foreign_share > max_foreign_share)
+            or (stall_s is not None and stall_s > quiet.MAX_STALL_S),
             "cpu_s_per_token": server_cpu_s / m["output_tokens"] if server_cpu_s and m["output_tokens"] else None,
             "finished": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "wall_s": p.wall_s, "tok_s": p.tokens_per_s,
             "fixed_work_ok": m["output_tokens"] == expected_tokens and not m["errors"], **m,
@@ -142,7 +147,7 @@ def run(args: argparse.Namespace, arms: list[Arm]) -> dict:
         from tqdm import tqdm
 
         total = args.repeats * len(order)
-        load = quiet.ForeignLoad(lambda: own_cpu_s(targets))
+        load, beat = quiet.ForeignLoad(lambda: own_cpu_s(targets)), quiet.Heartbeat()
         with tqdm(total=total, initial=max(0, total - len(todo)), desc="speed passes", unit="pass", dynamic_ncols=True) as bar:
             for repeat, index in todo:
                 arm = by_label[order[index]]
@@ -153,13 +158,14 @@ def run(args: argparse.Namespace, arms: list[Arm]) -> dict:
                         flush_cache(urls[arm.server])
                     cpu_before = targets.cpu_seconds(arm.server)
                     load.start()
+                    beat.start()
                     p = run_pass(urls[arm.server], reqs(arm, args.max_new_tokens), args.concurrency, args.timeout,
                                  desc=f"repeat {repeat + 1} {arm.label}")
-                    share = load.share()
+                    stall, share = beat.stop(), load.share()
                     cpu_after = targets.cpu_seconds(arm.server)
                     cpu = None if cpu_before is None or cpu_after is None else cpu_after - cpu_before
                     record = pass_record(arm, repeat, index, p, expected, cpu, share, args.max_foreign_share,
-                                         machine["id"])
+                                         machine["id"], stall)
                     log.append(record)
                     write(build_result(log.header, log.records, args.repeats, meta), args.out)
                     if record["errors"]:
@@ -170,8 +176,10 @@ def run(args: argparse.Namespace, arms: list[Arm]) -> dict:
                                          f"rerun with --resume to redo this pass and the rest")
                     if not record["disturbed"]:
                         break
-                    tqdm.write(f"repeat {repeat + 1} {arm.label}: {share:.0%} of the machine's CPU went to other "
-                               f"work during the pass (> {args.max_foreign_share:.0%})"
+                    why = (f"the machine stood still for {stall:.0f} s during the pass" if stall > quiet.MAX_STALL_S
+                           else f"{share:.0%} of the machine's CPU went to other work during the pass "
+                                f"(> {args.max_foreign_share:.0%})")
+                    tqdm.write(f"repeat {repeat + 1} {arm.label}: {why}"
                                + (": redoing it" if attempt < args.redo_disturbed else ": kept, marked disturbed"))
                 bar.set_postfix_str(f"{arm.label} {fmt_rate(p.tokens_per_s)}")
                 bar.update(1)

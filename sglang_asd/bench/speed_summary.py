@@ -30,7 +30,7 @@ from __future__ import annotations
 
 from typing import Optional
 
-from sglang_asd.bench import stats
+from sglang_asd.bench import quiet, stats
 from sglang_asd.bench.arms import PLAIN, STRICT, Arm, describe
 
 DRIFT_WARN = 0.05
@@ -194,10 +194,16 @@ def warnings_for(passes: list[dict], rows: list[dict]) -> list[str]:
         out.append("some passes did not produce exactly num_prompts x max_new_tokens tokens: "
                    "the server may not honour ignore_eos, or requests failed")
     disturbed = [p for p in passes if p.get("disturbed")]
-    if disturbed:
-        worst = max(p["foreign_share"] for p in disturbed)
-        out.append(f"{len(disturbed)} pass(es) ran while other work took up to {worst:.0%} of the machine's CPU "
-                   f"({', '.join(sorted({p['arm'] for p in disturbed}))}); --resume redoes them")
+    stalled = [p for p in disturbed if (p.get("stall_s") or 0.0) > quiet.MAX_STALL_S]
+    loaded = [p for p in disturbed if p not in stalled]
+    if loaded:
+        worst = max(p["foreign_share"] for p in loaded)
+        out.append(f"{len(loaded)} pass(es) ran while other work took up to {worst:.0%} of the machine's CPU "
+                   f"({', '.join(sorted({p['arm'] for p in loaded}))}); --resume redoes them")
+    if stalled:
+        worst = max(p["stall_s"] for p in stalled)
+        out.append(f"{len(stalled)} pass(es) ran while the machine stood still for up to {worst:.0f} s (paused?) "
+                   f"({', '.join(sorted({p['arm'] for p in stalled}))}); --resume redoes them")
     spec = [p for p in passes if p.get("server") != "plain"]
     if spec and all(p["verify_ct_mean"] is None for p in spec):
         out.append("no spec_verify_ct in responses: the server is not running speculative decoding")

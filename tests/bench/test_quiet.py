@@ -1,7 +1,9 @@
 """Other load during a speed pass: the foreign share, the wait for a quiet machine, and the speed
 benchmark redoing a disturbed pass (scripted loads against the fake server)."""
 
+import itertools
 import json
+import time
 
 import pytest
 
@@ -77,9 +79,49 @@ def test_machine_busy_reads_the_cpu_line(tmp_path):
     assert real is None or real > 0
 
 
-def _scripted_load(monkeypatch, shares):
-    """Replace the meter: pass k (in run order) sees shares[k]; records the waits for quiet."""
-    shares, waits = list(shares), []
+def test_heartbeat_reports_the_longest_gap_between_wake_ups():
+    # A fake clock: one second per wake-up, then the machine stands still for 100 s once.
+    times = itertools.chain([0.0, 1.0, 2.0, 3.0, 103.0], itertools.count(104.0))
+    calls = []
+
+    def clock():
+        calls.append(None)
+        return next(times)
+
+    beat = quiet.Heartbeat(tick_s=0.001, clock=clock)
+    beat.start()
+    while len(calls) < 7:
+        time.sleep(0.001)
+    assert beat.stop() == 100.0
+    with pytest.raises(RuntimeError, match="before start"):
+        beat.stop()
+
+
+def test_heartbeat_on_a_running_machine_sees_about_one_tick():
+    beat = quiet.Heartbeat(tick_s=0.01)
+    beat.start()
+    with pytest.raises(RuntimeError, match="twice"):
+        beat.start()
+    time.sleep(0.2)
+    gap = beat.stop()
+    assert 0.009 < gap < quiet.MAX_STALL_S
+    beat.start()   # reusable: each interval starts from zero
+    assert beat.stop() < quiet.MAX_STALL_S
+
+
+def _scripted_load(monkeypatch, shares, stalls=()):
+    """Replace the meters: pass k (in run order) sees shares[k] and a heartbeat gap of stalls[k]
+    (1 s when not given); records the waits for quiet."""
+    shares, waits, stalls = list(shares), [], list(stalls)
+
+    class ScriptedBeat:
+        def start(self):
+            pass
+
+        def stop(self):
+            return stalls.pop(0) if stalls else 1.0
+
+    monkeypatch.setattr(speed.quiet, "Heartbeat", ScriptedBeat)
 
     class Scripted:
         def __init__(self, own_s):
@@ -127,6 +169,25 @@ def test_a_pass_still_disturbed_is_kept_marked_and_resume_redoes_it(fake_server_
     assert speed.main(["--url", fake_server_url, *ARGS, "--resume", "--out", str(tmp_path)]) == 0
     result = json.loads((tmp_path / "speed.json").read_text())
     assert [p["disturbed"] for p in result["passes"]] == [False] * 3
+    assert not any("other work" in w for w in result["warnings"])
+
+
+def test_a_pass_across_a_machine_pause_is_redone(fake_server_url, tmp_path, monkeypatch):
+    # b8's first try: nothing else ran (share 0), but the machine stood still for 1800 s.
+    _scripted_load(monkeypatch, [0.0, 0.0, 0.0, 0.0], stalls=[1.0, 1800.0, 1.0, 1.0])
+    assert speed.main(["--url", fake_server_url, *ARGS, "--out", str(tmp_path)]) == 0
+    log = [json.loads(line) for line in (tmp_path / speed.LOG_NAME).read_text().splitlines()]
+    tries = [(r["arm"], r["stall_s"], r["disturbed"]) for r in log if r.get("kind") == "pass"]
+    assert tries == [("strict", 1.0, False), ("b8", 1800.0, True), ("b8", 1.0, False), ("strict", 1.0, False)]
+    assert json.loads((tmp_path / "speed.json").read_text())["complete"] == {"passes": 3, "planned": 3}
+
+    _scripted_load(monkeypatch, [0.0, 0.0, 0.0], stalls=[1.0, 1800.0, 1.0])
+    out = tmp_path / "kept"
+    assert speed.main(["--url", fake_server_url, *ARGS, "--redo-disturbed", "0", "--out", str(out)]) == 0
+    result = json.loads((out / "speed.json").read_text())
+    assert [p["disturbed"] for p in result["passes"]] == [False, True, False]
+    assert any("1 pass(es) ran while the machine stood still for up to 1800 s (paused?) (b8)" in w
+               for w in result["warnings"])
     assert not any("other work" in w for w in result["warnings"])
 
 
