@@ -151,11 +151,11 @@ def plot_frontier(audit: dict, out_png: Path, speed: Optional[dict] = None) -> P
             continue
         xerr = None if not xci else [[max(0.0, x - xci[0])], [max(0.0, xci[1] - x)]]
         yerr = None if not yci else [[max(0.0, y - yci[0])], [max(0.0, yci[1] - y)]]
-        rerun = r["arm"] == "strict-rerun"  # the noise floor sits on strict: grey, labelled below it
+        rerun = r["arm"] == "strict-rerun"  # the noise floor sits on strict: grey, labelled on its left
         ax.errorbar([x], [y], xerr=xerr, yerr=yerr, fmt="x" if rerun else "o", color="grey" if rerun else "black",
                     ms=6, capsize=3, lw=1.2)
-        ax.annotate(f"{r['arm']} (n={n})", (x, y), textcoords="offset points", xytext=(5, -12 if rerun else 5),
-                    fontsize=8, color="grey" if rerun else "black")
+        ax.annotate(f"{r['arm']} (n={n})", (x, y), textcoords="offset points", xytext=(-6, 5) if rerun else (5, 5),
+                    ha="right" if rerun else "left", fontsize=8, color="grey" if rerun else "black")
         drawn += 1
     if not drawn:
         ax.text(0.5, 0.5, "no measured points", ha="center", va="center", transform=ax.transAxes)
