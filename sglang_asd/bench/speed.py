@@ -8,10 +8,12 @@
 Every request is greedy with ``ignore_eos`` and the same ``max_new_tokens``, so every pass does
 the same work. An arm (see ``arms``) is a label and the ASD fields its requests send; ``strict``
 (budget 0) is the reference; ``plain`` is a second server without speculative decoding, on the
-same prompts. One repeat is ``strict, A1, strict, A2, ..., strict`` over the same prompts at the
-same concurrency: every candidate is bracketed by two strict passes (``speed_summary``: ratio,
-per-prompt ratio, drift, intervals). A warm-up pass over all prompts (4 tokens) runs first on
-each server so every measured pass sees the same prefix cache.
+same prompts. With ``--schedule rounds`` (the default) the prompts are cut into rounds of
+``concurrency`` prompts and every arm runs each round, the order rotated by one arm per round, so an
+arm is paired with strict over the same prompts minutes apart; with ``--schedule trios`` one repeat
+is ``strict, A1, strict, A2, ..., strict`` over all prompts, every candidate bracketed by two strict
+passes (``speed_summary``: ratio, per-prompt ratio, drift, intervals). A warm-up pass over all
+prompts (4 tokens) runs first on each server so every measured pass sees the same prefix cache.
 
 Every completed pass is appended to ``DIR/speed_passes.jsonl`` at once; ``--resume`` continues a
 stopped run (same configuration, checked) and ``--report-only`` rewrites the report from the log.
@@ -53,7 +55,7 @@ COLUMNS = (
     ("accept_length", "accept len"), ("verify_ct_mean", "verify rounds/req"), ("spent_mean", "spent/req (nats)"),
     ("applied_share", "ASD applied"), ("errors", "errors"),
 )
-CSV_COLUMNS = ("arm", "budget", "fields", "repeats_n", "speedup_median", "speedup_ci", "prompts_n", "prompt_speedup",
+CSV_COLUMNS = ("arm", "budget", "fields", "repeats_n", "rounds_n", "speedup_median", "speedup_ci", "prompts_n", "prompt_speedup",
                "prompt_speedup_ci", "vs_plain", "drift_median", "drift_max", "tok_s_median", "strict_tok_s_median",
                "cpu_speedup_median", "cpu_speedup_ci", "cpu_drift_median", "cpu_s_per_token_median",
                "accept_length", "strict_accept_length", "verify_ct_mean", "strict_verify_ct_mean", "spent_mean",
@@ -63,16 +65,17 @@ CSV_COLUMNS = ("arm", "budget", "fields", "repeats_n", "speedup_median", "speedu
 def pass_record(arm: Arm, repeat: int, index: int, p: PassResult, expected_tokens: int,
                 server_cpu_s: Optional[float] = None, foreign_share: Optional[float] = None,
                 max_foreign_share: float = quiet.DEFAULT_MAX_SHARE, machine: Optional[str] = None,
-                stall_s: Optional[float] = None) -> dict:
+                stall_s: Optional[float] = None, round_: Optional[int] = None) -> dict:
     """The logged form of one pass; ``server_cpu_s`` = CPU seconds the serving processes used
     during it (launched servers only), ``cpu_s_per_token`` = that over the output tokens,
     ``foreign_share`` = the machine's CPU that went to other work meanwhile (``quiet.py``; launched
     servers only), ``stall_s`` = the longest the machine stood still (``quiet.Heartbeat``),
     ``disturbed`` when the share is above ``max_foreign_share`` or the stall above
-    ``quiet.MAX_STALL_S``; ``machine`` = the client's ``quiet.machine()`` id (a trio pairs passes of
-    one machine, ``speed_summary``)."""
+    ``quiet.MAX_STALL_S``; ``machine`` = the client's ``quiet.machine()`` id (a trio or a round
+    pairs passes of one machine, ``speed_summary``); ``round`` = the pass's round (rounds schedule;
+    None for trios)."""
     m = result_metrics(p.results)
-    return {"kind": "pass", "repeat": repeat, "index": index, "arm": arm.label, "server": arm.server,
+    return {"kind": "pass", "repeat": repeat, "index": index, "round": round_, "arm": arm.label, "server": arm.server,
             "machine": machine,
             "fields": dict(arm.fields), "server_cpu_s": server_cpu_s, "foreign_share": foreign_share,
             "stall_s": stall_s,
@@ -94,10 +97,21 @@ def measured_arms(args: argparse.Namespace) -> list[Arm]:
 
 
 def fingerprint(args: argparse.Namespace, arms: list[Arm], prompts: list[datasets.Prompt]) -> dict:
-    """What a resumed run must share with the stored one (repeats may grow)."""
-    return {"arms": [a.to_dict() for a in arms], "prompts": [p.id for p in prompts],
-            "max_new_tokens": args.max_new_tokens, "concurrency": args.concurrency, "api": args.api,
-            "stream": args.stream, "launch": args.launch, "plain_launch": plain_launch(args)}
+    """What a resumed run must share with the stored one (repeats may grow). Trios leave the
+    schedule out: the logs made before rounds existed hold none, and stay resumable."""
+    fp = {"arms": [a.to_dict() for a in arms], "prompts": [p.id for p in prompts],
+          "max_new_tokens": args.max_new_tokens, "concurrency": args.concurrency, "api": args.api,
+          "stream": args.stream, "launch": args.launch, "plain_launch": plain_launch(args)}
+    if args.schedule != speed_summary.TRIOS:
+        fp["schedule"] = args.schedule
+    return fp
+
+
+def rounds_of(fp: dict) -> Optional[int]:
+    """Rounds per repeat of a run's fingerprint (``ceil(prompts / concurrency)``), None for trios."""
+    if fp.get("schedule", speed_summary.TRIOS) == speed_summary.TRIOS:
+        return None
+    return -(-len(fp["prompts"]) // fp["concurrency"])
 
 
 def run(args: argparse.Namespace, arms: list[Arm]) -> dict:
@@ -124,9 +138,11 @@ def run(args: argparse.Namespace, arms: list[Arm]) -> dict:
         meta = {"urls": urls, **info, "model": model}
         by_label = {a.label: a for a in arms}
 
-        def reqs(arm: Arm, max_new: int) -> list[GenRequest]:
+        def reqs(arm: Arm, max_new: int, group: Optional[int] = None) -> list[GenRequest]:
+            """The arm's requests over every prompt, or over round ``group``'s."""
+            some = prompts if group is None else prompts[group * args.concurrency:(group + 1) * args.concurrency]
             return [GenRequest(text=p.text, max_new_tokens=max_new, fields=dict(arm.fields), ignore_eos=True,
-                               stream=args.stream, api=args.api, model=meta["model"], tag=p.id) for p in prompts]
+                               stream=args.stream, api=args.api, model=meta["model"], tag=p.id) for p in some]
 
         if args.warmup:
             for server in {a.server for a in arms}:
@@ -140,10 +156,10 @@ def run(args: argparse.Namespace, arms: list[Arm]) -> dict:
         # prompts' prefixes).
         flush_each_pass = "NGRAM" in (info["server"].get("speculative_algorithm"),
                                       info["plain_server"].get("speculative_algorithm"))
-        order = speed_summary.schedule(arms)
+        rounds = rounds_of(fp)
+        order = speed_summary.schedule(arms, rounds)
         usable = [r for r in passes_of(log.records) if not r["errors"] and not r.get("disturbed")]
-        todo = speed_summary.passes_to_run(usable, order, args.repeats, machine["id"])
-        expected = len(prompts) * args.max_new_tokens
+        todo = speed_summary.passes_to_run(usable, order, args.repeats, machine["id"], rounds)
         from tqdm import tqdm
 
         total = args.repeats * len(order)
@@ -151,6 +167,9 @@ def run(args: argparse.Namespace, arms: list[Arm]) -> dict:
         with tqdm(total=total, initial=max(0, total - len(todo)), desc="speed passes", unit="pass", dynamic_ncols=True) as bar:
             for repeat, index in todo:
                 arm = by_label[order[index]]
+                group = None if rounds is None else speed_summary.round_of(index, len(arms))
+                work = reqs(arm, args.max_new_tokens, group)
+                where = f"repeat {repeat + 1}" + ("" if group is None else f" round {group + 1}/{rounds}")
                 for attempt in range(args.redo_disturbed + 1):
                     if attempt:
                         load.wait_quiet(args.max_foreign_share, max_wait_s=args.quiet_wait)
@@ -159,19 +178,19 @@ def run(args: argparse.Namespace, arms: list[Arm]) -> dict:
                     cpu_before = targets.cpu_seconds(arm.server)
                     load.start()
                     beat.start()
-                    p = run_pass(urls[arm.server], reqs(arm, args.max_new_tokens), args.concurrency, args.timeout,
-                                 desc=f"repeat {repeat + 1} {arm.label}")
+                    p = run_pass(urls[arm.server], work, args.concurrency, args.timeout,
+                                 desc=f"{where} {arm.label}", progress=group is None)
                     stall, share = beat.stop(), load.share()
                     cpu_after = targets.cpu_seconds(arm.server)
                     cpu = None if cpu_before is None or cpu_after is None else cpu_after - cpu_before
-                    record = pass_record(arm, repeat, index, p, expected, cpu, share, args.max_foreign_share,
-                                         machine["id"], stall)
+                    record = pass_record(arm, repeat, index, p, len(work) * args.max_new_tokens, cpu, share,
+                                         args.max_foreign_share, machine["id"], stall, group)
                     log.append(record)
                     write(build_result(log.header, log.records, args.repeats, meta), args.out)
                     if record["errors"]:
                         # A server that dropped requests (crashed, timed out) would fail every later pass
                         # too: stop here; --resume redoes this pass and the rest.
-                        raise PassFailed(f"repeat {repeat + 1} {arm.label}: {record['errors']} of {len(prompts)} "
+                        raise PassFailed(f"{where} {arm.label}: {record['errors']} of {len(work)} "
                                          f"requests failed ({'; '.join(record['first_errors'][:2])}); "
                                          f"rerun with --resume to redo this pass and the rest")
                     if not record["disturbed"]:
@@ -179,7 +198,7 @@ def run(args: argparse.Namespace, arms: list[Arm]) -> dict:
                     why = (f"the machine stood still for {stall:.0f} s during the pass" if stall > quiet.MAX_STALL_S
                            else f"{share:.0%} of the machine's CPU went to other work during the pass "
                                 f"(> {args.max_foreign_share:.0%})")
-                    tqdm.write(f"repeat {repeat + 1} {arm.label}: {why}"
+                    tqdm.write(f"{where} {arm.label}: {why}"
                                + (": redoing it" if attempt < args.redo_disturbed else ": kept, marked disturbed"))
                 bar.set_postfix_str(f"{arm.label} {fmt_rate(p.tokens_per_s)}")
                 bar.update(1)
@@ -223,9 +242,10 @@ def build_result(header: dict, records: list[dict], repeats: int, meta: Optional
     """The report of a run log (complete or not)."""
     fp = header["fingerprint"]
     arms = [Arm.from_dict(a) for a in fp["arms"]]
-    planned = repeats * len(speed_summary.schedule(arms))
+    rounds = rounds_of(fp)
+    planned = repeats * len(speed_summary.schedule(arms, rounds))
     passes = sorted(passes_of(records), key=lambda p: (p["repeat"], p["index"]))
-    rows = speed_summary.summarize(passes, arms)
+    rows = speed_summary.summarize(passes, arms, rounds=rounds)
     for r in rows:
         r["speedup_cell"] = repeats_cell(r.get("speedup_median"), r.get("speedup_ci"), r.get("repeats_n"))
         r["prompt_speedup_cell"] = report.fmt_ci(r.get("prompt_speedup"), r.get("prompt_speedup_ci"))
@@ -234,6 +254,7 @@ def build_result(header: dict, records: list[dict], repeats: int, meta: Optional
     return {
         "kind": "asd-speed", "version": 2, "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         "config": {**{k: v for k, v in fp.items() if k not in ("prompts",)}, "num_prompts": len(fp["prompts"]),
+                   "schedule": fp.get("schedule", speed_summary.TRIOS), "rounds": rounds,
                    "repeats": repeats, "log_created": header["created"]},
         "complete": {"passes": len({(p["repeat"], p["index"]) for p in passes if not p["errors"]}),
                      "planned": planned},
@@ -264,16 +285,28 @@ def fmt_rate(x: Optional[float]) -> str:
     return "n/a" if x is None else f"{x:.1f} tok/s"
 
 
+def columns(rounds: Optional[int]) -> tuple:
+    """The report's columns: rounds show how many rounds are paired and have no baseline drift."""
+    if rounds is None:
+        return COLUMNS
+    cols = [c for c in COLUMNS if c[0] != "drift_median"]
+    at = [c[0] for c in cols].index("repeats_n") + 1
+    return tuple(cols[:at] + [("rounds_n", "paired rounds")] + cols[at:])
+
+
 def write(result: dict, out: Path) -> None:
     report.write_json(out / "speed.json", result)
     report.write_csv(out / "speed.csv", result["arms"], CSV_COLUMNS)
     cfg, done = result["config"], result["complete"]
     status = "complete" if done["passes"] >= done["planned"] else "PARTIAL"
+    rounds = cfg.get("rounds")
+    shape = ("strict-candidate-strict" if rounds is None else
+             f"{rounds} rounds of {cfg['concurrency']} prompt(s), every arm once per round")
     md = [f"# ASD speed at fixed work ({result['created']})", "",
           f"{status}: {done['passes']} of {done['planned']} passes. {cfg['num_prompts']} prompts, ignore_eos, "
           f"max_new_tokens {cfg['max_new_tokens']}, concurrency {cfg['concurrency']}, route {cfg['api']}"
-          f"{' (stream)' if cfg['stream'] else ''}, {cfg['repeats']} repeat(s) of strict-candidate-strict.", "",
-          report.markdown_table(result["arms"], COLUMNS),
+          f"{' (stream)' if cfg['stream'] else ''}, {cfg['repeats']} repeat(s) of {shape}.", "",
+          report.markdown_table(result["arms"], columns(rounds)),
           "Intervals: 95% percentile bootstrap (median over repeats; geometric mean over prompts).", ""]
     for key in ("server", "plain_server"):
         if result.get(key):
@@ -303,6 +336,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--concurrency", type=int, default=8)
     p.add_argument("--repeats", type=int, help="repeats of the whole schedule (default 3; --report-only: "
                                                "what the run was asked for)")
+    p.add_argument("--schedule", choices=speed_summary.SCHEDULES, default=speed_summary.ROUNDS,
+                   help="rounds: every arm runs each group of CONCURRENCY prompts in turn, paired with strict on "
+                        "the same prompts; trios: strict, A1, strict, A2, ..., strict over all prompts (default "
+                        "%(default)s; a log made before schedules existed is a trios log)")
     p.add_argument("--api", choices=("generate", "completions", "chat"), default="generate")
     p.add_argument("--stream", action="store_true", help="stream responses (measures the streaming path)")
     p.add_argument("--no-warmup", dest="warmup", action="store_false")
@@ -345,7 +382,7 @@ def main(argv: Optional[list[str]] = None) -> int:
         print(f"error: {e}; wrote what is complete to {args.out / 'speed.json'}", file=sys.stderr)
         return 1
     write(result, args.out)
-    print(report.markdown_table(result["arms"], COLUMNS))
+    print(report.markdown_table(result["arms"], columns(result["config"]["rounds"])))
     for w in result["warnings"]:
         print(f"warning: {w}", file=sys.stderr)
     print(f"{result['complete']['passes']} of {result['complete']['planned']} passes complete; "

@@ -1,29 +1,44 @@
 """The speed benchmark's arithmetic: from logged passes to one row per arm, with intervals.
 
-One repeat runs the arms in the order ``strict, A1, strict, A2, ..., strict`` (``schedule``), so
-every candidate pass sits between two strict passes of the same repeat (a *trio*):
+Two schedules (``schedule``), both over the same prompts at the same concurrency:
 
-- pass ratio = ``tok/s(A) / mean(tok/s(strict before), tok/s(strict after))``; the arm's
-  ``speedup`` is the median over repeats, ``speedup_ci`` its percentile-bootstrap interval over
-  repeats (with 3 repeats that is about [min, max]);
+- **rounds** (the default): the prompts are cut into groups of ``concurrency`` (a *round*), and
+  every arm runs each round once, one pass per arm, the arm order rotated by one per round (round
+  k starts with arm k), so no arm always runs first or last. An arm's passes are paired with
+  strict's pass over the same prompts of the same round, minutes apart: the machine's drift over a
+  repeat (6 to 14% within one launch on a shared 2-core host, 2026-12-02) falls between rounds, not
+  inside a pair, and strict runs once per round instead of twice per candidate (a repeat of plain,
+  strict and four budget arms is 6 prompt sweeps, where trios need 11).
+  Repeat ratio = ``sum(wall strict) / sum(wall A)`` over the repeat's rounds (fixed work: both arms
+  produce the same tokens), counted once every round of the repeat is paired;
+- **trios**: one repeat runs the arms in the order ``strict, A1, strict, A2, ..., strict`` over all
+  prompts, so every candidate pass sits between two strict passes of the same repeat (a *trio*);
+  pass ratio = ``tok/s(A) / mean(tok/s(strict before), tok/s(strict after))``; drift =
+  ``|before - after| / mean(before, after)``: how much the machine moved during a trio. The logs
+  made before rounds existed are trio logs (their fingerprint names no schedule).
+
+From the paired units either way:
+
+- the arm's ``speedup`` is the median over repeats, ``speedup_ci`` its percentile-bootstrap
+  interval over repeats (with 3 repeats that is about [min, max]);
 - per-prompt ratio = the same quotient for one prompt's request (its tokens / its latency),
   geometric mean over repeats; ``prompt_speedup`` is the geometric mean over prompts and
   ``prompt_speedup_ci`` its bootstrap interval over prompts: the interval to read when repeats
-  are few;
-- drift = ``|before - after| / mean(before, after)``: how much the machine moved during a trio;
+  are few (with rounds, every paired round counts, a repeat still in progress too);
 - CPU ratio = the same quotient in tokens per CPU-second of the serving processes (launched
   servers only: ``cpu_s_per_token`` of each pass). Other work on a shared machine stretches wall
   time far more than it changes the CPU time a server needs per token, so this ratio is the
   steadier one there; tok/s is what a user waits for.
 
-Only complete trios count; ``complete`` says how many passes of the planned run are logged.
+``complete`` says how many passes of the planned run are logged.
 
-A trio is measured on one machine. A run resumed in another session may run on another machine
+A pair is measured on one machine. A run resumed in another session may run on another machine
 (``quiet.machine``: every boot is a new one), whose speed can differ by far more than any arm's
-effect, so a pass is logged with its machine, a trio pairs only passes of one machine, and a resumed
-run re-measures on the machine at hand whatever an incomplete trio still lacks, its strict neighbours
-included (``passes_to_run``). A position may then hold passes of two machines; the one of the trio
-counts. Passes logged before machines were recorded share the machine ``None``.
+effect, so a pass is logged with its machine, a trio or a round pairs only passes of one machine,
+and a resumed run re-measures on the machine at hand whatever an unfinished trio or round still
+lacks, the passes already logged elsewhere included (``passes_to_run``). A position may then hold
+passes of two machines; the one that completes the trio or round counts. Passes logged before
+machines were recorded share the machine ``None``.
 """
 
 from __future__ import annotations
@@ -34,15 +49,26 @@ from sglang_asd.bench import quiet, stats
 from sglang_asd.bench.arms import PLAIN, STRICT, Arm, describe
 
 DRIFT_WARN = 0.05
+ROUNDS, TRIOS = "rounds", "trios"
+SCHEDULES = (ROUNDS, TRIOS)
 
 
-def schedule(arms: list[Arm]) -> list[str]:
-    """One repeat's pass order, by label: strict around every candidate."""
+def schedule(arms: list[Arm], rounds: Optional[int] = None) -> list[str]:
+    """One repeat's pass order, by label. ``rounds=None``: trios (strict around every candidate);
+    ``rounds=R``: every arm once per round, R rounds, round k's order rotated to start at arm k."""
+    labels = [a.label for a in arms]
+    if rounds is not None:
+        return [labels[(k + slot) % len(labels)] for k in range(rounds) for slot in range(len(labels))]
     order = [STRICT]
-    for arm in arms:
-        if arm.label != STRICT:
-            order += [arm.label, STRICT]
+    for label in labels:
+        if label != STRICT:
+            order += [label, STRICT]
     return order
+
+
+def round_of(index: int, arms_n: int) -> int:
+    """The round of the pass at ``index`` of a rounds schedule of ``arms_n`` arms."""
+    return index // arms_n
 
 
 def request_rates(p: dict) -> dict[str, float]:
@@ -73,21 +99,53 @@ def trios(passes: list[dict], label: str) -> list[tuple[dict, dict, dict]]:
     return out
 
 
-def passes_to_run(passes: list[dict], order: list[str], repeats: int, machine: Optional[str]) -> list[tuple[int, int]]:
-    """``(repeat, index)`` of every pass still to run on ``machine``, in schedule order: each
-    candidate without a complete trio, with those of its strict neighbours not yet logged there.
-    ``passes``: the usable ones (no failed request, not disturbed). Without candidates (strict
-    alone), every strict pass not logged on ``machine``."""
+def _by_round(passes: list[dict]) -> dict[tuple[int, int], dict]:
+    """``{(repeat, round): {machine: {label: pass}}}`` of the passes of a rounds schedule."""
+    out: dict = {}
+    for p in passes:
+        if p.get("round") is not None:
+            out.setdefault((p["repeat"], p["round"]), {}).setdefault(p.get("machine"), {})[p["arm"]] = p
+    return out
+
+
+def round_pairs(passes: list[dict], label: str) -> list[tuple[dict, dict]]:
+    """``(strict, candidate)`` for every round in which ``label`` and strict are logged on one
+    machine (where two machines hold both, the one whose candidate finished last), by repeat and round."""
+    out = []
+    for _, on in sorted(_by_round(passes).items()):
+        both = [arms for arms in on.values() if label in arms and STRICT in arms]
+        if both:
+            arms = max(both, key=lambda a: a[label].get("finished") or "")
+            out.append((arms[STRICT], arms[label]))
+    return out
+
+
+def passes_to_run(passes: list[dict], order: list[str], repeats: int, machine: Optional[str],
+                  rounds: Optional[int] = None) -> list[tuple[int, int]]:
+    """``(repeat, index)`` of every pass still to run on ``machine``, in schedule order.
+    ``passes``: the usable ones (no failed request, not disturbed). Trios: each candidate without a
+    complete trio, with those of its strict neighbours not yet logged there. Rounds: in each round,
+    every candidate not yet paired with strict on one machine, with strict if it is not logged
+    there. Without candidates (strict alone), every strict pass not logged on ``machine``."""
     here = {(p["repeat"], p["index"]) for p in passes if p.get("machine") == machine}
-    settled = {(c["repeat"], c["index"]) for label in set(order) - {STRICT} for _, c, _ in trios(passes, label)}
     todo: list[tuple[int, int]] = []
+    if len(set(order)) == 1:
+        return [(r, i) for r in range(repeats) for i in range(len(order)) if (r, i) not in here]
+    if rounds is not None:
+        arms_n = len(order) // rounds
+        paired = {(s["repeat"], s["round"], c["arm"]) for label in set(order) - {STRICT}
+                  for s, c in round_pairs(passes, label)}
+        for repeat in range(repeats):
+            for k in range(rounds):
+                slots = range(k * arms_n, (k + 1) * arms_n)
+                open_ = {order[i] for i in slots if order[i] != STRICT and (repeat, k, order[i]) not in paired}
+                todo += [(repeat, i) for i in slots if (repeat, i) not in here
+                         and (order[i] in open_ or (order[i] == STRICT and open_))]
+        return todo
+    settled = {(c["repeat"], c["index"]) for label in set(order) - {STRICT} for _, c, _ in trios(passes, label)}
     for repeat in range(repeats):
         for index, label in enumerate(order):
-            if label == STRICT:
-                if len(order) == 1 and (repeat, index) not in here:
-                    todo.append((repeat, index))
-                continue
-            if (repeat, index) in settled:
+            if label == STRICT or (repeat, index) in settled:
                 continue
             for pos in ((repeat, index - 1), (repeat, index), (repeat, index + 1)):
                 if pos not in here and pos not in todo:
@@ -103,14 +161,46 @@ def machines(passes: list[dict]) -> dict:
     return out
 
 
-def prompt_ratios(trio_list: list[tuple[dict, dict, dict]]) -> dict[str, float]:
-    """Per prompt: geometric mean over repeats of its request's tok/s ratio to strict."""
+def combined(ps: list[dict]) -> dict:
+    """Passes over disjoint prompt groups (the rounds of one repeat) as one pass over all of them:
+    tok/s = their tokens over their summed wall time, CPU-s per token likewise (None unless every
+    pass measured it), their requests together."""
+    tokens, wall = sum(p["output_tokens"] for p in ps), sum(p["wall_s"] for p in ps)
+    cpu = [p.get("server_cpu_s") for p in ps]
+    return {"repeat": ps[0]["repeat"], "arm": ps[0]["arm"], "tok_s": tokens / wall if wall else None,
+            "cpu_s_per_token": sum(cpu) / tokens if tokens and None not in cpu else None,
+            "requests": [r for p in ps for r in p.get("requests", [])]}
+
+
+Unit = tuple[tuple[dict, ...], dict]   # (strict baselines, candidate)
+
+
+def pairings(passes: list[dict], label: str, rounds: Optional[int] = None) -> tuple[list[Unit], list[Unit]]:
+    """``(pairs, repeats)``: ``label``'s units against strict, as ``(baselines, candidate)``.
+    ``pairs``: every trio, or every paired round (the per-prompt ratios); ``repeats``: one unit
+    per repeat (the repeat ratios): every trio, or a repeat's paired rounds combined once all its
+    ``rounds`` are paired."""
+    if rounds is None:
+        units = [((b, a), c) for b, c, a in trios(passes, label)]
+        return units, units
+    pairs = round_pairs(passes, label)
+    per_repeat: dict[int, list[tuple[dict, dict]]] = {}
+    for s, c in pairs:
+        per_repeat.setdefault(s["repeat"], []).append((s, c))
+    repeats = [((combined([s for s, _ in ps]),), combined([c for _, c in ps]))
+               for _, ps in sorted(per_repeat.items()) if len(ps) == rounds]
+    return [((s,), c) for s, c in pairs], repeats
+
+
+def prompt_ratios(units: list[Unit]) -> dict[str, float]:
+    """Per prompt: geometric mean over its units of its request's tok/s over the mean of its
+    requests' tok/s in the unit's strict passes."""
     per_prompt: dict[str, list[float]] = {}
-    for before, cand, after in trio_list:
-        b, c, a = request_rates(before), request_rates(cand), request_rates(after)
-        for tag, rate in c.items():
-            if tag in b and tag in a:
-                per_prompt.setdefault(tag, []).append(rate / ((b[tag] + a[tag]) / 2.0))
+    for bases, cand in units:
+        base_rates = [request_rates(b) for b in bases]
+        for tag, rate in request_rates(cand).items():
+            if all(tag in b for b in base_rates):
+                per_prompt.setdefault(tag, []).append(rate / stats.mean(b[tag] for b in base_rates))
     return {tag: stats.geometric_mean(rs) for tag, rs in per_prompt.items()}
 
 
@@ -124,19 +214,31 @@ def _pooled(ps: list[dict], key: str) -> Optional[float]:
     return stats.mean(p.get(key) for p in ps)
 
 
-def arm_row(arm: Arm, passes: list[dict], seed: int = 0) -> dict:
+def _against(units: list[Unit], value) -> tuple[list[Optional[float]], list[Optional[float]]]:
+    """Per unit: the candidate's ``value`` over the mean of its baselines', and the baselines'
+    drift (trios only; a unit with one baseline has none)."""
+    ratios, drifts = [], []
+    for bases, cand in units:
+        vs = [value(b) for b in bases]
+        if value(cand) is None or None in vs:
+            continue
+        ratios.append(stats.ratio(value(cand), stats.mean(vs)))
+        if len(vs) == 2:
+            drifts.append(stats.drift(*vs))
+    return ratios, drifts
+
+
+def arm_row(arm: Arm, passes: list[dict], seed: int = 0, rounds: Optional[int] = None) -> dict:
     """One candidate arm against strict."""
-    ts = trios(passes, arm.label)
-    ratios = [stats.ratio(c["tok_s"], stats.mean([b["tok_s"], a["tok_s"]])) for b, c, a in ts]
-    drifts = [stats.drift(b["tok_s"], a["tok_s"]) for b, _, a in ts]
-    per_cpu_s = [(_rate(b), _rate(c), _rate(a)) for b, c, a in ts]
-    cpu_ratios = [stats.ratio(c, stats.mean([b, a])) for b, c, a in per_cpu_s if None not in (b, c, a)]
-    cpu_drifts = [stats.drift(b, a) for b, c, a in per_cpu_s if None not in (b, c, a)]
-    per_prompt = prompt_ratios(ts)
-    cands = [c for _, c, _ in ts]
-    bases = [x for b, _, a in ts for x in (b, a)]
+    pairs, repeats = pairings(passes, arm.label, rounds)
+    ratios, drifts = _against(repeats, lambda p: p["tok_s"])
+    cpu_ratios, cpu_drifts = _against(repeats, _rate)
+    per_prompt = prompt_ratios(pairs)
+    cands = [c for _, c in pairs]
+    bases = [b for bs, _ in pairs for b in bs]
     return {
-        "arm": arm.label, "budget": arm.budget, "fields": describe(arm), "repeats_n": len(ts),
+        "arm": arm.label, "budget": arm.budget, "fields": describe(arm), "repeats_n": len(repeats),
+        "rounds_n": len(pairs) if rounds is not None else None,
         "speedup_median": stats.median(ratios), "speedup_ci": stats.bootstrap_ci(ratios, "median", seed=seed),
         "prompts_n": len(per_prompt),
         "prompt_speedup": stats.geometric_mean(per_prompt.values()),
@@ -146,9 +248,9 @@ def arm_row(arm: Arm, passes: list[dict], seed: int = 0) -> dict:
         "cpu_speedup_median": stats.median(cpu_ratios),
         "cpu_speedup_ci": stats.bootstrap_ci(cpu_ratios, "median", seed=seed), "cpu_repeats_n": len(cpu_ratios),
         "cpu_drift_median": stats.median(cpu_drifts),
-        "cpu_s_per_token_median": stats.median(c.get("cpu_s_per_token") for c in cands),
-        "tok_s_median": stats.median(c["tok_s"] for c in cands),
-        "strict_tok_s_median": stats.median(stats.mean([b["tok_s"], a["tok_s"]]) for b, _, a in ts),
+        "cpu_s_per_token_median": stats.median(c.get("cpu_s_per_token") for _, c in repeats),
+        "tok_s_median": stats.median(c["tok_s"] for _, c in repeats),
+        "strict_tok_s_median": stats.median(stats.mean(b["tok_s"] for b in bs) for bs, _ in repeats),
         "accept_length": _pooled(cands, "accept_length"),
         "strict_accept_length": _pooled(bases, "accept_length"),
         "verify_ct_mean": _pooled(cands, "verify_ct_mean"),
@@ -162,24 +264,39 @@ def arm_row(arm: Arm, passes: list[dict], seed: int = 0) -> dict:
     }
 
 
-def strict_row(passes: list[dict]) -> dict:
+def strict_repeats(passes: list[dict], rounds: Optional[int] = None) -> list[dict]:
+    """Strict's passes, one per repeat: every strict pass (trios), or a repeat's strict passes
+    combined once every round has one (rounds; of two machines' passes of a round, the later)."""
+    ps = [p for p in passes if p["arm"] == STRICT]
+    if rounds is None:
+        return ps
+    per_repeat: dict[int, dict[int, dict]] = {}
+    for p in sorted(ps, key=lambda p: p.get("finished") or ""):
+        per_repeat.setdefault(p["repeat"], {})[p["round"]] = p
+    return [combined(list(on.values())) for _, on in sorted(per_repeat.items()) if len(on) == rounds]
+
+
+def strict_row(passes: list[dict], rounds: Optional[int] = None) -> dict:
     """The reference itself: every logged strict pass (ratio 1 by definition)."""
     ps = [p for p in passes if p["arm"] == STRICT]
-    return {"arm": STRICT, "budget": 0.0, "fields": "asd_budget=0", "repeats_n": len({p["repeat"] for p in ps}),
-            "speedup_median": 1.0 if ps else None, "tok_s_median": stats.median(p["tok_s"] for p in ps),
+    reps = strict_repeats(passes, rounds)
+    return {"arm": STRICT, "budget": 0.0, "fields": "asd_budget=0", "repeats_n": len({p["repeat"] for p in reps}),
+            "rounds_n": len(ps) if rounds is not None else None,
+            "speedup_median": 1.0 if ps else None, "tok_s_median": stats.median(p["tok_s"] for p in reps),
             "cpu_speedup_median": 1.0 if any(p.get("cpu_s_per_token") for p in ps) else None,
-            "cpu_s_per_token_median": stats.median(p.get("cpu_s_per_token") for p in ps),
+            "cpu_s_per_token_median": stats.median(p.get("cpu_s_per_token") for p in reps),
             "accept_length": _pooled(ps, "accept_length"), "verify_ct_mean": _pooled(ps, "verify_ct_mean"),
             "spent_mean": _pooled(ps, "spent_mean"), "errors": sum(p["errors"] for p in ps),
             "fixed_work_ok": all(p["fixed_work_ok"] for p in ps)}
 
 
-def summarize(passes: list[dict], arms: list[Arm], seed: int = 0) -> list[dict]:
+def summarize(passes: list[dict], arms: list[Arm], seed: int = 0, rounds: Optional[int] = None) -> list[dict]:
     """Rows: plain (if measured), strict, then every other arm in order; each candidate row also
-    gets ``vs_plain`` (its median tok/s / plain's median tok/s, no interval) when plain is measured."""
-    rows = [arm_row(a, passes, seed) for a in arms if a.label != STRICT]
+    gets ``vs_plain`` (its median tok/s / plain's median tok/s, no interval) when plain is measured.
+    ``rounds``: the rounds per repeat of a rounds schedule (None: trios)."""
+    rows = [arm_row(a, passes, seed, rounds) for a in arms if a.label != STRICT]
     plain = next((r for r in rows if r["arm"] == PLAIN), None)
-    rows = ([plain] if plain else []) + [strict_row(passes)] + [r for r in rows if r["arm"] != PLAIN]
+    rows = ([plain] if plain else []) + [strict_row(passes, rounds)] + [r for r in rows if r["arm"] != PLAIN]
     for r in rows:
         r["vs_plain"] = stats.ratio(r["tok_s_median"], plain["tok_s_median"]) if plain else None
     return rows

@@ -141,7 +141,9 @@ def _scripted_load(monkeypatch, shares, stalls=()):
     return waits
 
 
-ARGS = ["--budgets", "0,8", "--num-prompts", "2", "--max-new-tokens", "4", "--concurrency", "2", "--repeats", "1"]
+# trios: strict, b8, strict (the redo path is the same for both schedules)
+ARGS = ["--budgets", "0,8", "--num-prompts", "2", "--max-new-tokens", "4", "--concurrency", "2", "--repeats", "1",
+        "--schedule", "trios"]
 
 
 def test_a_disturbed_pass_is_redone_once_the_machine_is_quiet(fake_server_url, tmp_path, monkeypatch):

@@ -96,7 +96,7 @@ def test_speed_logs_the_machine_and_a_resume_elsewhere_completes_the_trio(fake_s
     from sglang_asd.bench import quiet
 
     args = ["--url", fake_server_url, "--budgets", "0,8,32", "--num-prompts", "2", "--max-new-tokens", "6",
-            "--concurrency", "2", "--repeats", "1", "--out", str(tmp_path)]
+            "--concurrency", "2", "--repeats", "1", "--schedule", "trios", "--out", str(tmp_path)]
     real_append = speed.RunLog.append
 
     def stop_after_four(self, record):
@@ -164,7 +164,7 @@ def test_per_prompt_ratios_geometric_means():
 def test_speed_run_against_fake_server(fake_server_url, tmp_path):
     rc = speed.main(["--url", fake_server_url, "--budgets", "0,8", "--arms", "b8g05:asd_budget=8,asd_gate=0.5",
                      "--dataset", "gsm8k,mtbench", "--num-prompts", "4", "--max-new-tokens", "24",
-                     "--concurrency", "2", "--repeats", "1", "--out", str(tmp_path)])
+                     "--concurrency", "2", "--repeats", "1", "--schedule", "trios", "--out", str(tmp_path)])
     assert rc == 0
     result = json.loads((tmp_path / "speed.json").read_text())
     assert [p["arm"] for p in result["passes"]] == ["strict", "b8", "strict", "b8g05", "strict"]
@@ -188,7 +188,8 @@ def test_speed_run_against_fake_server(fake_server_url, tmp_path):
 def test_plain_server_is_its_own_arm(fake_server_url, tmp_path):
     with FakeServer(plain=True) as plain_url:
         rc = speed.main(["--url", fake_server_url, "--plain-url", plain_url, "--budgets", "0,8", "--num-prompts", "3",
-                         "--max-new-tokens", "12", "--concurrency", "3", "--repeats", "1", "--out", str(tmp_path)])
+                         "--max-new-tokens", "12", "--concurrency", "3", "--repeats", "1", "--schedule", "trios",
+                         "--out", str(tmp_path)])
     assert rc == 0
     result = json.loads((tmp_path / "speed.json").read_text())
     assert [(p["arm"], p["server"]) for p in result["passes"]] == [
@@ -228,8 +229,8 @@ def test_stopped_run_resumes_to_the_same_result(fake_server_url, tmp_path, monke
     monkeypatch.setattr(speed.RunLog, "append", real_append)
     assert speed.main(["--report-only", "--out", str(stopped)]) == 0
     partial = json.loads((stopped / "speed.json").read_text())
-    assert partial["complete"] == {"passes": 4, "planned": 10}
-    assert "PARTIAL: 4 of 10 passes" in (stopped / "speed.md").read_text()
+    assert partial["complete"] == {"passes": 4, "planned": 6}       # 3 prompts at concurrency 3: one round
+    assert "PARTIAL: 4 of 6 passes" in (stopped / "speed.md").read_text()
 
     with pytest.raises(SystemExit, match="already holds a run; pass --resume"):
         speed.main(args + ["--out", str(stopped)])
@@ -242,7 +243,7 @@ def test_stopped_run_resumes_to_the_same_result(fake_server_url, tmp_path, monke
         return p["repeat"], p["index"], p["arm"], p["output_tokens"], p["verify_ct_mean"], p["spent_mean"]
 
     assert sorted(map(key, a["passes"])) == sorted(map(key, b["passes"]))
-    assert b["complete"] == {"passes": 10, "planned": 10}
+    assert b["complete"] == {"passes": 6, "planned": 6}
     assert [r["repeats_n"] for r in b["arms"]] == [r["repeats_n"] for r in a["arms"]] == [2, 2, 2]
     assert [r["accept_length"] for r in b["arms"]] == [r["accept_length"] for r in a["arms"]]
 
@@ -308,11 +309,121 @@ def test_a_pass_that_loses_requests_stops_the_run_and_resume_redoes_it(fake_serv
     assert speed.main(args) == 1
     assert len(calls) == 3
     stopped = json.loads((tmp_path / "speed.json").read_text())
-    assert stopped["complete"] == {"passes": 1, "planned": 6}   # strict, b8, strict per repeat
+    assert stopped["complete"] == {"passes": 1, "planned": 4}   # one round of strict and b8 per repeat
 
     monkeypatch.setattr(speed, "run_pass", real_run_pass)
     assert speed.main(args + ["--resume"]) == 0
     result = json.loads((tmp_path / "speed.json").read_text())
+    assert result["complete"] == {"passes": 4, "planned": 4}
+    assert [p["errors"] for p in result["passes"]] == [0] * 4
+    assert len(result["passes"]) == 4   # the lossy pass counts once, as its redo
+
+
+# ---------------------------------------------------------------- the rounds schedule
+
+def test_rounds_run_every_arm_once_per_round_rotated():
+    arms = [ARMS[0], PLAIN_ARM, ARMS[1]]
+    assert speed_summary.schedule(arms, rounds=3) == ["strict", "plain", "b8", "plain", "b8", "strict",
+                                                      "b8", "strict", "plain"]
+    assert speed_summary.schedule(arms, rounds=1) == ["strict", "plain", "b8"]
+    assert [speed_summary.round_of(i, 3) for i in range(6)] == [0, 0, 0, 1, 1, 1]
+
+
+def _round_pass(arm, repeat, round_, wall, prompts, machine="A", cpu=None, finished="2026-12-03T00:00:00"):
+    """A round's pass over ``prompts`` (100 tokens each) in ``wall`` seconds, every request taking the whole wall."""
+    reqs = [{"tag": t, "ok": True, "completion_tokens": 100, "latency_s": wall} for t in prompts]
+    return dict(_pass(arm, repeat, 0, 100 * len(prompts) / wall), round=round_, machine=machine, wall_s=wall,
+                output_tokens=100 * len(prompts), server_cpu_s=cpu, requests=reqs, finished=finished,
+                cpu_s_per_token=cpu / (100 * len(prompts)) if cpu else None)
+
+
+def test_a_round_pairs_an_arm_with_strict_on_the_same_prompts_and_a_repeat_sums_its_rounds():
+    arms = resolve_arms("0,8", None, "0")
+    passes = [_round_pass("strict", 0, 0, 10, ["p1"], cpu=20), _round_pass("b8", 0, 0, 8, ["p1"], cpu=18),
+              _round_pass("b8", 0, 1, 30, ["p2"], cpu=50), _round_pass("strict", 0, 1, 20, ["p2"], cpu=40),
+              # repeat 1 has round 0 only: its per-prompt ratio counts, its repeat ratio does not yet
+              _round_pass("strict", 1, 0, 10, ["p1"]), _round_pass("b8", 1, 0, 5, ["p1"])]
+    rows = {r["arm"]: r for r in speed_summary.summarize(passes, arms, rounds=2)}
+    b8 = rows["b8"]
+    assert b8["repeats_n"] == 1 and b8["rounds_n"] == 3
+    assert b8["ratios"] == [pytest.approx((10 + 20) / (8 + 30))]           # summed walls, not mean of ratios
+    assert b8["cpu_speedup_median"] == pytest.approx((20 + 40) / (18 + 50))
+    assert b8["drift_median"] is None and b8["drifts"] == []               # one baseline per pair: no drift
+    assert b8["prompt_ratios"] == {"p1": pytest.approx((10 / 8 * 10 / 5) ** 0.5), "p2": pytest.approx(20 / 30)}
+    assert b8["tok_s_median"] == pytest.approx(200 / 38) and b8["strict_tok_s_median"] == pytest.approx(200 / 30)
+    assert rows["strict"]["repeats_n"] == 1 and rows["strict"]["tok_s_median"] == pytest.approx(200 / 30)
+    assert rows["strict"]["rounds_n"] == 3
+
+
+def test_a_round_pairs_passes_of_one_machine_and_a_resume_elsewhere_completes_it():
+    arms = resolve_arms("0,8,32", None, "0")
+    order = speed_summary.schedule(arms, rounds=2)          # strict b8 b32 | b8 b32 strict
+    a = [dict(_round_pass(arm, 0, k, 10, [f"p{k}"], machine="A"), index=i)
+         for i, (arm, k) in enumerate([("strict", 0), ("b8", 0), ("b32", 0), ("b8", 1)])]
+    # round 1 lacks b32 and strict on A: B runs its three passes; round 0 is settled
+    assert speed_summary.passes_to_run(a, order, 1, "A", rounds=2) == [(0, 4), (0, 5)]
+    assert speed_summary.passes_to_run(a, order, 1, "B", rounds=2) == [(0, 3), (0, 4), (0, 5)]
+    assert speed_summary.passes_to_run([], order, 1, None, rounds=2) == [(0, i) for i in range(6)]
+    b = [dict(_round_pass(arm, 0, 1, w, ["p1"], machine="B", finished="2026-12-04T00:00:00"), index=i)
+         for i, arm, w in ((3, "b8", 4), (4, "b32", 5), (5, "strict", 8))]
+    assert speed_summary.passes_to_run(a + b, order, 1, "C", rounds=2) == []
+    pairs = speed_summary.round_pairs(a + b, "b8")
+    assert [(s["machine"], c["machine"], c["round"]) for s, c in pairs] == [("A", "A", 0), ("B", "B", 1)]
+    # A's b8 of round 1 has no strict on A: never paired with B's strict
+    row = speed_summary.arm_row(arms[1], a + b, rounds=2)
+    assert row["ratios"] == [pytest.approx((10 + 8) / (10 + 4))]
+
+
+def test_speed_runs_rounds_against_fake_server(fake_server_url, tmp_path, monkeypatch):
+    from sglang_asd.bench import quiet
+
+    with FakeServer(plain=True) as plain_url:
+        args = ["--url", fake_server_url, "--plain-url", plain_url, "--budgets", "0,8", "--num-prompts", "4",
+                "--max-new-tokens", "6", "--concurrency", "2", "--repeats", "1", "--out", str(tmp_path)]
+        real_append = speed.RunLog.append
+
+        def stop_after_four(self, record):
+            real_append(self, record)
+            if len([r for r in self.records if r.get("kind") == "pass"]) == 4:
+                raise KeyboardInterrupt
+
+        monkeypatch.setattr(quiet, "machine", lambda: {"id": "host-a/1", "cpu": "X", "cpus": 2})
+        monkeypatch.setattr(speed.RunLog, "append", stop_after_four)
+        with pytest.raises(KeyboardInterrupt):
+            speed.main(args)
+        monkeypatch.setattr(speed.RunLog, "append", real_append)
+        monkeypatch.setattr(quiet, "machine", lambda: {"id": "host-b/2", "cpu": "Y", "cpus": 16})
+        assert speed.main(args + ["--resume"]) == 0
+    result = json.loads((tmp_path / "speed.json").read_text())
+    assert result["config"]["schedule"] == "rounds" and result["config"]["rounds"] == 2
+    ran = [(p["round"], p["arm"], p["machine"], sorted(r["tag"] for r in p["requests"])) for p in result["passes"]]
+    first, second = ran[0][3], ran[3][3]
+    assert len(first) == len(second) == 2 and not set(first) & set(second)   # each round its own two prompts
+    # machine A ran round 0 and round 1's first arm (plain); B re-ran plain and ran b8 and strict
+    assert [(k, arm, m) for k, arm, m, _ in ran] == [
+        (0, "strict", "host-a/1"), (0, "plain", "host-a/1"), (0, "b8", "host-a/1"),
+        (1, "plain", "host-a/1"), (1, "plain", "host-b/2"), (1, "b8", "host-b/2"), (1, "strict", "host-b/2")]
+    assert all(p["output_tokens"] == 2 * 6 and p["fixed_work_ok"] for p in result["passes"])
     assert result["complete"] == {"passes": 6, "planned": 6}
-    assert [p["errors"] for p in result["passes"]] == [0] * 6
-    assert len(result["passes"]) == 6   # the lossy pass counts once, as its redo
+    rows = {r["arm"]: r for r in result["arms"]}
+    assert [(a, r["repeats_n"], r["rounds_n"]) for a, r in rows.items()] == [
+        ("plain", 1, 2), ("strict", 1, 2), ("b8", 1, 2)]
+    p = {(x["round"], x["arm"], x["machine"]): x for x in result["passes"]}
+    walls = lambda arm, m1: p[(0, arm, "host-a/1")]["wall_s"] + p[(1, arm, m1)]["wall_s"]  # noqa: E731
+    assert rows["b8"]["speedup_median"] == pytest.approx(walls("strict", "host-b/2") / walls("b8", "host-b/2"))
+    md = (tmp_path / "speed.md").read_text()
+    assert "1 repeat(s) of 2 rounds of 2 prompt(s), every arm once per round" in md and "paired rounds" in md
+    assert "baseline drift" not in md
+
+
+def test_a_trios_log_resumes_only_as_trios(fake_server_url, tmp_path):
+    """Logs made before schedules existed hold no schedule: they are trio logs, and stay resumable."""
+    args = ["--url", fake_server_url, "--budgets", "0,8", "--num-prompts", "2", "--max-new-tokens", "4",
+            "--concurrency", "2", "--out", str(tmp_path)]
+    assert speed.main(args + ["--repeats", "1", "--schedule", "trios"]) == 0
+    header = json.loads((tmp_path / speed.LOG_NAME).read_text().splitlines()[0])
+    assert "schedule" not in header["fingerprint"]
+    with pytest.raises(SystemExit, match='schedule: stored null, now "rounds"'):
+        speed.main(args + ["--repeats", "2", "--resume"])
+    assert speed.main(args + ["--repeats", "2", "--schedule", "trios", "--resume"]) == 0
+    assert json.loads((tmp_path / "speed.json").read_text())["complete"] == {"passes": 6, "planned": 6}

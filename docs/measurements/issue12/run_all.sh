@@ -51,10 +51,13 @@ chain_seed "$REPO/docs/measurements/issue12/results"
 # (--resume), so a stop at any point leaves complete tables of some size.
 G25=asd_gate=0.25
 ARMS="--budgets 0 --arms b2:asd_budget=2,$G25;b8:asd_budget=8,$G25;b32:asd_budget=32,$G25;b8g0.5:asd_budget=8,asd_gate=0.5"
+# Rounds (sglang_asd/bench/speed_summary.py): every arm runs each group of CONCURRENCY prompts in turn,
+# so a pair is minutes apart and one repeat is 6 prompt sweeps; the trios the demo's tables used need 11
+# (at concurrency 1 on this host, 4.5 hours a repeat), and a trio cannot span two sessions' machines.
 qwen_speed() {  # qwen_speed CONCURRENCY REPEATS
     step "qwen_speed_c$1_r$2" sglang_asd.bench.speed --launch="$QWEN $FIX --asd-gate 0.5" --plain-launch $ARMS \
         --dataset gsm8k,mtbench --num-prompts 16 --max-new-tokens 128 --concurrency $1 --repeats $2 \
-        $LONG --out "$OUT/qwen_speed_c$1"
+        --schedule rounds $LONG --out "$OUT/qwen_speed_c$1"
 }
 # Qwen audit at natural stop, chat route, cap 384, strict run twice (noise floor). Audits do not depend on
 # timing, so they run at concurrency 24 (one pass holds every task's and arm's requests, sglang_asd/bench/
@@ -66,11 +69,12 @@ qwen_audit() {  # qwen_audit NAME BUDGETS LIMIT
         --tasks gsm8k,humaneval,mbpp --limit $3 --api chat --max-new-tokens 384 --concurrency 24 --noise-floor \
         $(speed_json "$OUT/qwen_speed_c1/speed.json") $LONG --out "$OUT/qwen_audit"
 }
-# The embedded demo (SmolLM2 pair, as `make serve` runs it): plain vs strict vs budget 8
+# The embedded demo (SmolLM2 pair, as `make serve` runs it): plain vs strict vs budget 8. Its logs (and
+# the n-gram demo's) were begun as trios, so their later repeats stay trios.
 smol_speed() {  # smol_speed CONCURRENCY REPEATS
     step "smol_speed_c$1_r$2" sglang_asd.bench.speed --launch='' --plain-launch='--model-path fixture:smollm2-135m' \
         --budgets 0,8 --dataset gsm8k,mtbench --num-prompts 16 --max-new-tokens 128 --concurrency $1 --repeats $2 \
-        $LONG --out "$OUT/smol_speed_c$1"
+        --schedule trios $LONG --out "$OUT/smol_speed_c$1"
 }
 
 # 1. A first audit, the demo, the audit at size, then one repeat of the Qwen speed table (plain,
@@ -83,7 +87,7 @@ smol_speed 1 1
 smol_ngram() {  # smol_ngram CONCURRENCY REPEATS
     step "smol_ngram_c$1_r$2" sglang_asd.bench.speed --launch='--model-path fixture:smollm2-135m --speculative-algorithm NGRAM' \
         --plain-launch='--model-path fixture:smollm2-135m' --budgets 0,8 --dataset gsm8k,mtbench --num-prompts 16 \
-        --max-new-tokens 128 --concurrency $1 --repeats $2 $LONG --out "$OUT/smol_ngram_c$1"
+        --max-new-tokens 128 --concurrency $1 --repeats $2 --schedule trios $LONG --out "$OUT/smol_ngram_c$1"
 }
 smol_ngram 1 1
 smol_ngram 1 3

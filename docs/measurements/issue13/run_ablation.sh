@@ -83,7 +83,7 @@ wait_for_issue12
 wait_for_memory $MIN_GB
 for r in $(seq 1 "${SPEED_REPEATS:-2}"); do
     step "speed_r$r" sglang_asd.bench.speed --launch="$SERVER" --rules "$RULES" --dataset gsm8k $SPEED \
-        --concurrency "${SPEED_CONCURRENCY:-1}" --repeats $r $LONG --out "$OUT/speed"
+        --concurrency "${SPEED_CONCURRENCY:-1}" --repeats $r --schedule trios $LONG --out "$OUT/speed"  # begun as trios
 done
 
 "$PY" docs/measurements/issue13/ablation.py --audit "$OUT/audit/audit.json" --speed "$OUT/speed/speed.json" \
