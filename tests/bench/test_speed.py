@@ -92,11 +92,11 @@ def test_a_run_resumed_on_another_machine_remeasures_what_its_open_trio_lacks():
     assert speed_summary.passes_to_run(a[:1], ["strict"], 2, "A") == [(1, 0)]
 
 
-def test_speed_logs_the_machine_and_a_resume_elsewhere_completes_the_trio(fake_server_url, tmp_path, monkeypatch):
+def _four_passes_on_a_then_resume_on_b(args, monkeypatch):
+    """Run ``args`` on machine host-a/1 until four passes are logged (the session ends), then resume
+    it to the end on host-b/2 (16 CPUs)."""
     from sglang_asd.bench import quiet
 
-    args = ["--url", fake_server_url, "--budgets", "0,8,32", "--num-prompts", "2", "--max-new-tokens", "6",
-            "--concurrency", "2", "--repeats", "1", "--schedule", "trios", "--out", str(tmp_path)]
     real_append = speed.RunLog.append
 
     def stop_after_four(self, record):
@@ -111,6 +111,12 @@ def test_speed_logs_the_machine_and_a_resume_elsewhere_completes_the_trio(fake_s
     monkeypatch.setattr(speed.RunLog, "append", real_append)
     monkeypatch.setattr(quiet, "machine", lambda: {"id": "host-b/2", "cpu": "Y", "cpus": 16})
     assert speed.main(args + ["--resume"]) == 0
+
+
+def test_speed_logs_the_machine_and_a_resume_elsewhere_completes_the_trio(fake_server_url, tmp_path, monkeypatch):
+    args = ["--url", fake_server_url, "--budgets", "0,8,32", "--num-prompts", "2", "--max-new-tokens", "6",
+            "--concurrency", "2", "--repeats", "1", "--schedule", "trios", "--out", str(tmp_path)]
+    _four_passes_on_a_then_resume_on_b(args, monkeypatch)
     result = json.loads((tmp_path / "speed.json").read_text())
     ran = [(p["index"], p["machine"]) for p in result["passes"]]
     assert sorted(ran) == [(0, "host-a/1"), (1, "host-a/1"), (2, "host-a/1"), (2, "host-b/2"), (3, "host-a/1"),
@@ -375,25 +381,10 @@ def test_a_round_pairs_passes_of_one_machine_and_a_resume_elsewhere_completes_it
 
 
 def test_speed_runs_rounds_against_fake_server(fake_server_url, tmp_path, monkeypatch):
-    from sglang_asd.bench import quiet
-
     with FakeServer(plain=True) as plain_url:
         args = ["--url", fake_server_url, "--plain-url", plain_url, "--budgets", "0,8", "--num-prompts", "4",
                 "--max-new-tokens", "6", "--concurrency", "2", "--repeats", "1", "--out", str(tmp_path)]
-        real_append = speed.RunLog.append
-
-        def stop_after_four(self, record):
-            real_append(self, record)
-            if len([r for r in self.records if r.get("kind") == "pass"]) == 4:
-                raise KeyboardInterrupt
-
-        monkeypatch.setattr(quiet, "machine", lambda: {"id": "host-a/1", "cpu": "X", "cpus": 2})
-        monkeypatch.setattr(speed.RunLog, "append", stop_after_four)
-        with pytest.raises(KeyboardInterrupt):
-            speed.main(args)
-        monkeypatch.setattr(speed.RunLog, "append", real_append)
-        monkeypatch.setattr(quiet, "machine", lambda: {"id": "host-b/2", "cpu": "Y", "cpus": 16})
-        assert speed.main(args + ["--resume"]) == 0
+        _four_passes_on_a_then_resume_on_b(args, monkeypatch)
     result = json.loads((tmp_path / "speed.json").read_text())
     assert result["config"]["schedule"] == "rounds" and result["config"]["rounds"] == 2
     ran = [(p["round"], p["arm"], p["machine"], sorted(r["tag"] for r in p["requests"])) for p in result["passes"]]
