@@ -52,6 +52,36 @@ def test_plot_with_speed_axis(tmp_path):
     assert _png_ok(report.plot_frontier(AUDIT, tmp_path / "f.png", speed=SPEED))
 
 
+def _labels_off_their_box(fig):
+    """Labels any part of which falls outside where it belongs: an arm's annotation outside the
+    axes (over the tick labels, or off the figure), a legend entry or axis label off the figure."""
+    fig.canvas.draw()
+    renderer = fig.canvas.get_renderer()
+    placed = [(t, ax.bbox) for ax in fig.axes for t in ax.texts]
+    placed += [(t, fig.bbox) for ax in fig.axes if ax.get_legend() for t in ax.get_legend().get_texts()]
+    placed += [(t, fig.bbox) for ax in fig.axes for t in (ax.xaxis.label, ax.yaxis.label)]
+    extents = [(t.get_text(), t.get_window_extent(renderer), box) for t, box in placed if t.get_text()]
+    return [text for text, e, box in extents if not (box.contains(*e.p0) and box.contains(*e.p1))]
+
+
+def test_plot_keeps_every_label_on_the_figure_and_names_the_noise_floor():
+    """The noise floor shares strict's x (speed axis: 1.0, the left edge): a label drawn on its
+    left once fell off the figure. It is in the legend; every arm's label is inside the axes."""
+    import matplotlib.pyplot as plt
+
+    audit = {**AUDIT, "by_arm": [r for r in AUDIT["by_arm"] if r["arm"] != "strict-rerun"]
+             + [{**AUDIT["by_arm"][2], "acc_delta": 0.003, "acc_delta_ci": [-0.007, 0.017]}]}
+    for speed in (SPEED, None):
+        fig = report.frontier_figure(audit, speed)
+        try:
+            assert _labels_off_their_box(fig) == []
+            ax = fig.axes[0]
+            assert [t.get_text() for t in ax.texts] == ["strict (n=200)", "b8 (n=200)"]
+            assert "noise floor: strict-rerun (n=200)" in [t.get_text() for t in ax.get_legend().get_texts()]
+        finally:
+            plt.close(fig)
+
+
 def test_plot_with_nothing_scored_or_measured(tmp_path):
     only_chat = {"results": [], "by_arm": [{"arm": "strict", "acc_delta": None, "divergence_share": 0.0,
                                             "accept_length": None, "pairs": 0}]}
