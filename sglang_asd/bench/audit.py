@@ -35,7 +35,7 @@ from sglang_asd.bench import audit_summary, datasets, report, scoring
 from sglang_asd.bench.arms import Arm, resolve_arms
 from sglang_asd.bench.audit_report import BY_ARM_COLUMNS, write
 from sglang_asd.bench.client import GenRequest, served_model
-from sglang_asd.bench.runlog import RunLog, RunLogError, read_log
+from sglang_asd.bench.runlog import RunLog, RunLogError, logged_servers, read_log
 from sglang_asd.bench.metrics import first_errors
 from sglang_asd.bench.runner import PassFailed, preflight, run_pass
 from sglang_asd.bench.server import add_server_args, identity, server_info, target_server, with_launch_facts
@@ -117,7 +117,8 @@ def run(args: argparse.Namespace, arms: list[Arm], tasks: list[str], speed: Opti
         log = RunLog.open(log_path, LOG_KIND, fp, args.resume)
         check_arms(items_of(log.records), arms, log_path)
         log.append({"kind": "plan", "arms": [a.to_dict() for a in arms], "tasks": tasks, "limit": args.limit,
-                    "concurrency": args.concurrency, "started": time.strftime("%Y-%m-%dT%H:%M:%S%z")})
+                    "concurrency": args.concurrency, "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+                    "servers": {"server": info}})
         done = {key for key, r in audit_summary.latest(items_of(log.records)).items() if r["ok"]}
         todo = plan(arms, prompts, done)
         left = Counter(task for task, _, _ in todo)
@@ -167,7 +168,7 @@ def build_result(header: dict, records: list[dict], arms: list[Arm], tasks: list
                    "speed_json": str(args.speed_json) if args.speed_json else None},
         "complete": {"items": sum(r["n"] for r in rows), "planned": planned_total,
                      "line": audit_summary.complete_line(rows, planned_total)},
-        "server": info if info is not None else fp.get("server"),
+        "server": info if info is not None else logged_servers(records).get("server", fp.get("server")),
         "results": rows, "by_arm": by_arm,
         "noise_floor": [r for r in rows if r["arm"] == NOISE_ARM.label],
         "warnings": audit_summary.warnings_for(rows),

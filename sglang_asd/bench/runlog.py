@@ -74,6 +74,17 @@ def read_log(path: Path, kind: str) -> tuple[dict, list[dict]]:
     return header, records
 
 
+def logged_servers(records: list[dict]) -> dict:
+    """``{"server": ..., "plain_server": ...}`` as the latest invocation that logged them saw them
+    (its plan record's ``servers``: each server's full info, launch command and attention backend
+    included, where the fingerprint keeps only what a resume must share); ``{}`` for logs written
+    before plans carried them. ``--report-only`` reports these, as the run itself did."""
+    for r in reversed(records):
+        if r.get("kind") == "plan" and r.get("servers"):
+            return r["servers"]
+    return {}
+
+
 class RunLog:
     """``RunLog.open(path, kind, fingerprint, resume)``; then ``append(record)`` per unit."""
 

@@ -37,7 +37,7 @@ from sglang_asd.bench import datasets, quiet, report, speed_summary
 from sglang_asd.bench.arms import PLAIN, PLAIN_ARM, STRICT, Arm, resolve_arms
 from sglang_asd.bench.client import GenRequest, served_model
 from sglang_asd.bench.metrics import first_errors, result_metrics
-from sglang_asd.bench.runlog import RunLog, RunLogError, read_log
+from sglang_asd.bench.runlog import RunLog, RunLogError, logged_servers, read_log
 from sglang_asd.bench.runner import PassFailed, PassResult, preflight, run_pass
 from sglang_asd.bench.server import (add_plain_args, add_server_args, identity, plain_launch, server_info,
                                      target_servers, with_launch_facts)
@@ -134,7 +134,7 @@ def run(args: argparse.Namespace, arms: list[Arm]) -> dict:
         log = RunLog.open(log_path, LOG_KIND, fp, args.resume)
         machine = quiet.machine()
         log.append({"kind": "plan", "repeats": args.repeats, "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-                    "machine": machine})
+                    "machine": machine, "servers": info})
         meta = {"urls": urls, **info, "model": model}
         by_label = {a.label: a for a in arms}
 
@@ -250,7 +250,7 @@ def build_result(header: dict, records: list[dict], repeats: int, meta: Optional
         r["speedup_cell"] = repeats_cell(r.get("speedup_median"), r.get("speedup_ci"), r.get("repeats_n"))
         r["prompt_speedup_cell"] = report.fmt_ci(r.get("prompt_speedup"), r.get("prompt_speedup_ci"))
         r["cpu_speedup_cell"] = repeats_cell(r.get("cpu_speedup_median"), r.get("cpu_speedup_ci"), r.get("repeats_n"))
-    meta = meta or {}
+    meta = {**logged_servers(records), **(meta or {})}
     return {
         "kind": "asd-speed", "version": 2, "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         "config": {**{k: v for k, v in fp.items() if k not in ("prompts",)}, "num_prompts": len(fp["prompts"]),
@@ -308,6 +308,12 @@ def write(result: dict, out: Path) -> None:
           f"{' (stream)' if cfg['stream'] else ''}, {cfg['repeats']} repeat(s) of {shape}.", "",
           report.markdown_table(result["arms"], columns(rounds)),
           "Intervals: 95% percentile bootstrap (median over repeats; geometric mean over prompts).", ""]
+    if cfg["concurrency"] > 1:
+        md += [f"At concurrency {cfg['concurrency']} the two ratios differ in kind. Over repeats: throughput, "
+               "summed tokens over summed wall time, and a pass ends with its slowest request. Over prompts: "
+               "each request's own rate, its tokens over its own latency. Plain decoding ends a batch's "
+               "requests together; speculative requests end as their accept lengths allow, so the batch's "
+               "tail weighs on the first ratio only.", ""]
     for key in ("server", "plain_server"):
         if result.get(key):
             md += [f"{key}: " + ", ".join(f"{k}={v}" for k, v in result[key].items()), ""]

@@ -94,7 +94,8 @@ class Handler(BaseHTTPRequestHandler):
         if self.path == "/v1/models":
             return self._json(200, {"object": "list", "data": [{"id": "fake-model", "object": "model"}]})
         if self.path in ("/server_info", "/get_server_info"):
-            return self._json(200, {"model_path": "fake-model", "speculative_algorithm": None if self.plain else "FAKE"})
+            return self._json(200, {"model_path": "fake-model", "speculative_algorithm": None if self.plain else "FAKE",
+                                    "attention_backend": "fake", "launch_command": "--model-path fake-model"})
         self._json(404, {"error": {"message": "not found"}})
 
     def do_POST(self):

@@ -106,6 +106,8 @@ def test_stopped_audit_resumes_to_the_same_result(fake_server_url, tmp_path, mon
     partial = json.loads((stopped / "audit.json").read_text())
     assert partial["complete"]["items"] == 9 and partial["complete"]["planned"] == 36
     assert "PARTIAL: 9 of 36 items" in (stopped / "audit.md").read_text()
+    whole_server = json.loads((whole / "audit.json").read_text())["server"]
+    assert partial["server"] == whole_server and whole_server["attention_backend"] == "fake"
 
     with pytest.raises(SystemExit, match="already holds a run; pass --resume"):
         audit.main(args + ["--out", str(stopped)])

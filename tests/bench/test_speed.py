@@ -237,6 +237,8 @@ def test_stopped_run_resumes_to_the_same_result(fake_server_url, tmp_path, monke
     partial = json.loads((stopped / "speed.json").read_text())
     assert partial["complete"] == {"passes": 4, "planned": 6}       # 3 prompts at concurrency 3: one round
     assert "PARTIAL: 4 of 6 passes" in (stopped / "speed.md").read_text()
+    whole_server = json.loads((whole / "speed.json").read_text())["server"]
+    assert partial["server"] == whole_server and whole_server["launch_command"] == "--model-path fake-model"
 
     with pytest.raises(SystemExit, match="already holds a run; pass --resume"):
         speed.main(args + ["--out", str(stopped)])
@@ -405,6 +407,16 @@ def test_speed_runs_rounds_against_fake_server(fake_server_url, tmp_path, monkey
     md = (tmp_path / "speed.md").read_text()
     assert "1 repeat(s) of 2 rounds of 2 prompt(s), every arm once per round" in md and "paired rounds" in md
     assert "baseline drift" not in md
+
+
+def test_the_report_explains_its_two_ratios_only_where_a_batch_has_a_tail(fake_server_url, tmp_path):
+    args = ["--url", fake_server_url, "--budgets", "0,8", "--num-prompts", "2", "--max-new-tokens", "4",
+            "--repeats", "1"]
+    for concurrency in (1, 2):
+        out = tmp_path / f"c{concurrency}"
+        assert speed.main(args + ["--concurrency", str(concurrency), "--out", str(out)]) == 0
+        md = (out / "speed.md").read_text()
+        assert ("the two ratios differ in kind" in md) == (concurrency > 1), concurrency
 
 
 def test_a_trios_log_resumes_only_as_trios(fake_server_url, tmp_path):
