@@ -94,8 +94,12 @@ smol_ngram 1 3
 for limit in 50 100; do qwen_audit "qwen_audit_l$limit" 0,8 $limit; done
 qwen_speed 1 1
 qwen_speed 4 1
-# 2. Three speed repeats (issue 12 names them), then the issue-9 A/Bs in the current CPU mode
-for r in 2 3; do qwen_speed 1 $r; qwen_speed 4 $r; done
+# 2. Three speed repeats (issue 12 names them), then the issue-9 A/Bs in the current CPU mode.
+# Concurrency 4 first: its repeats take an hour each, concurrency 1's two hours and a quarter, so a
+# three-hour session can finish both concurrency-4 repeats and leave one resumable step open.
+qwen_speed 1 2
+for r in 2 3; do qwen_speed 4 $r; done
+qwen_speed 1 3
 # Issue 9: stock STANDALONE vs the draft-input fix, both pairs, strict and budget 8 (short)
 for pair in smol qwen; do
     if [ $pair = qwen ]; then ARGS=$QWEN; else ARGS=$SMOL; fi
