@@ -281,6 +281,23 @@ def repeats_cell(value: Optional[float], ci, repeats: Optional[int]) -> str:
     return report.fmt_ci(value, ci)
 
 
+def few_repeats_note(arms: list[dict]) -> Optional[str]:
+    """What the interval over repeats is when there are too few of them to resample.
+
+    The percentile bootstrap of a median over a handful of repeats can only return their lowest and
+    highest ratio (with 5 repeats a resample's median is the lowest one more than 2.5% of the time):
+    the interval is then the repeats' range and covers far less than 95%. Said where the log shows it.
+    """
+    ranged = [a for a in arms if len(a.get("ratios") or ()) > 1 and a.get("speedup_ci") is not None
+              and list(a["speedup_ci"]) == [min(a["ratios"]), max(a["ratios"])]]
+    if not ranged:
+        return None
+    n = sorted({len(a["ratios"]) for a in ranged})
+    return (f"With {' or '.join(map(str, n))} repeats the interval over repeats of "
+            f"{', '.join(a['arm'] for a in ranged)} is the repeats' range (lowest, highest ratio), "
+            "not a 95% interval; the per-prompt interval rests on every prompt.")
+
+
 def fmt_rate(x: Optional[float]) -> str:
     return "n/a" if x is None else f"{x:.1f} tok/s"
 
@@ -308,6 +325,8 @@ def write(result: dict, out: Path) -> None:
           f"{' (stream)' if cfg['stream'] else ''}, {cfg['repeats']} repeat(s) of {shape}.", "",
           report.markdown_table(result["arms"], columns(rounds)),
           "Intervals: 95% percentile bootstrap (median over repeats; geometric mean over prompts).", ""]
+    if few_repeats_note(result["arms"]):
+        md += [few_repeats_note(result["arms"]), ""]
     if cfg["concurrency"] > 1:
         md += [f"At concurrency {cfg['concurrency']} the two ratios differ in kind. Over repeats: throughput, "
                "summed tokens over summed wall time, and a pass ends with its slowest request. Over prompts: "

@@ -430,3 +430,21 @@ def test_a_trios_log_resumes_only_as_trios(fake_server_url, tmp_path):
         speed.main(args + ["--repeats", "2", "--resume"])
     assert speed.main(args + ["--repeats", "2", "--schedule", "trios", "--resume"]) == 0
     assert json.loads((tmp_path / "speed.json").read_text())["complete"] == {"passes": 6, "planned": 6}
+
+
+def test_the_report_says_when_its_interval_over_repeats_is_only_their_range():
+    """A percentile bootstrap of the median over 2-5 repeats returns their lowest and highest ratio:
+    the report names that range as such; over 30 repeats the interval is a narrower, real one."""
+    from sglang_asd.bench.stats import bootstrap_ci
+
+    def arm(name, ratios):
+        return {"arm": name, "ratios": ratios, "speedup_ci": list(bootstrap_ci(ratios, "median"))}
+
+    few = [arm("b8", [1.10, 1.15, 1.13]), arm("b2", [1.05, 1.08]), {"arm": "strict", "ratios": None,
+                                                                     "speedup_ci": None}]
+    note = speed.few_repeats_note(few)
+    assert note is not None and note.startswith("With 2 or 3 repeats") and "of b8, b2 is" in note
+    many = [arm("b8", [1.0 + 0.01 * (i % 10) for i in range(30)])]
+    assert many[0]["speedup_ci"][0] > 1.0 and many[0]["speedup_ci"][1] < 1.09
+    assert speed.few_repeats_note(many) is None
+    assert speed.few_repeats_note([arm("b8", [1.1])]) is None  # one repeat: the cell says "(1 repeat)"
