@@ -325,8 +325,8 @@ def write(result: dict, out: Path) -> None:
           f"{' (stream)' if cfg['stream'] else ''}, {cfg['repeats']} repeat(s) of {shape}.", "",
           report.markdown_table(result["arms"], columns(rounds)),
           "Intervals: 95% percentile bootstrap (median over repeats; geometric mean over prompts).", ""]
-    if few_repeats_note(result["arms"]):
-        md += [few_repeats_note(result["arms"]), ""]
+    if note := few_repeats_note(result["arms"]):
+        md += [note, ""]
     if cfg["concurrency"] > 1:
         md += [f"At concurrency {cfg['concurrency']} the two ratios differ in kind. Over repeats: throughput, "
                "summed tokens over summed wall time, and a pass ends with its slowest request. Over prompts: "
