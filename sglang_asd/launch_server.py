@@ -83,7 +83,7 @@ def resolve_fixtures(argv: list[str]) -> list[str]:
 
     Fixtures not yet built are built first, in a child process (``python -m sglang_asd.fixtures
     build``): a build runs tensor ops, which start torch's OpenMP thread pool, and on CPU the
-    launcher forks its scheduler (``sglang_seams/start_method.py``); a libgomp pool does not survive a
+    launcher forks its scheduler (``cpu_backend/seams/start_method.py``); a libgomp pool does not survive a
     fork, and the forked scheduler hung in its first parallel op (RoPE's cache, at "Load weight
     begin") when the launcher had built the fixtures itself, on a machine without a cache."""
     out = list(argv)
@@ -170,8 +170,8 @@ def build_argv(argv: list[str]) -> tuple[server_settings.ASDServerSettings, list
     from sglang_asd import cpu_backend
 
     if cpu_backend.is_installed():
-        from sglang_asd.sglang_seams.cpu_paths import gemm_mode
-        from sglang_asd.sglang_seams.start_method import start_method
+        from sglang_asd.cpu_backend.seams.cpu_paths import gemm_mode
+        from sglang_asd.cpu_backend.seams.start_method import start_method
 
         gemm_mode()  # a bad SGLANG_ASD_CPU_GEMM is a one-line error here, not a scheduler traceback
         start_method()  # same for SGLANG_ASD_CPU_START_METHOD

@@ -40,7 +40,7 @@ class ASDServerSettings:
         margin, threshold); a request may lower each parameter, never raise it.
     allowed_rules: the rules a request may choose (``asd_rule``); the server's rule is one of them.
     max_receipt_events: how many exception events a receipt lists (the counts stay exact).
-    standalone_draft_fix: serve STANDALONE drafts their own tokens (``sglang_seams/standalone_draft.py``);
+    standalone_draft_fix: serve STANDALONE drafts their own tokens (``sglang_seams/scheduler/standalone_draft.py``);
         off by default, so that without it every draft runs exactly as stock SGLang runs it.
     """
 

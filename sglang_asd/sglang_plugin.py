@@ -18,7 +18,7 @@ from sglang_asd.server_settings import ASDServerSettings
 
 def load() -> None:
     from sglang_asd import sglang_seams
-    from sglang_asd.sglang_seams import runtime
+    from sglang_asd.sglang_seams.state import runtime
 
     if runtime.is_set():  # our launcher already installed and verified the hooks here
         return

@@ -1,7 +1,7 @@
 """``python -m sglang_asd.stock_server <sglang args>``: stock SGLang, no ASD, for comparisons.
 
 The same process bootstrap as ``sglang_asd.launch_server`` (on CPU: the plain-torch ``sgl_kernel``
-stand-in, the same working defaults and the CPU-path fixes of ``sglang_seams/cpu_paths.py``), but
+stand-in, the same working defaults and the CPU-path fixes of ``cpu_backend/seams/cpu_paths.py``), but
 none of the ASD hooks: our SGLang plugin is
 disabled through ``SGLANG_PLUGINS``. Tests use it as the "stock SGLang" side of token-for-token
 identity checks; benchmarks may use it as a baseline.
@@ -30,8 +30,8 @@ def main(argv: list[str] | None = None) -> None:
         print(f"sglang_asd.stock_server: error: {e.message}", file=sys.stderr)
         raise
     if cpu_backend.is_installed():
-        from sglang_asd.sglang_seams.cpu_paths import gemm_mode
-        from sglang_asd.sglang_seams.start_method import start_method
+        from sglang_asd.cpu_backend.seams.cpu_paths import gemm_mode
+        from sglang_asd.cpu_backend.seams.start_method import start_method
 
         try:  # refuse a bad SGLANG_ASD_CPU_GEMM or start method before any process starts
             gemm_mode()
@@ -40,7 +40,8 @@ def main(argv: list[str] | None = None) -> None:
             print(f"sglang_asd.stock_server: error: {e}", file=sys.stderr)
             raise SystemExit(2)
         argv = cpu_defaults(argv)
-        from sglang_asd.sglang_seams import install_launcher_cpu_hooks, platform
+        from sglang_asd.cpu_backend.seams import platform
+        from sglang_asd.sglang_seams import install_launcher_cpu_hooks
 
         platform.apply()
         install_launcher_cpu_hooks()

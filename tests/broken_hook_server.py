@@ -32,13 +32,13 @@ def _break() -> None:
 
         HookRegistry.register = classmethod(register_all_but_one)
     elif BREAK == "middleware":
-        from sglang_asd.sglang_seams import http_api
+        from sglang_asd.sglang_seams.frontend import http_api
 
         http_api.add_middleware = lambda: None
     elif BREAK == "binding":
         import importlib
 
-        from sglang_asd.sglang_seams import eagle_sample
+        from sglang_asd.sglang_seams.scheduler import eagle_sample
 
         stale = importlib.import_module("sglang.srt.speculative.ngram_worker").eagle_sample
         apply_hooks = HookRegistry.apply_hooks.__func__

@@ -35,7 +35,7 @@ CONFIGS = {
     # SGLang's own NGRAM defaults (12 draft tokens, breadth 10): a value SGLang resolves is None on
     # ServerArgs, so this server checks that the seams read the resolved settings (sglang_seams/modes.py).
     "ngram": ["--model-path", "fixture:tiny-llama", "--speculative-algorithm", "NGRAM"],
-    # bf16 (the CPU launcher's default dtype): linear layers with float32 accumulation (sglang_seams/cpu_paths.py)
+    # bf16 (the CPU launcher's default dtype): linear layers with float32 accumulation (cpu_backend/seams/cpu_paths.py)
     "eagle_bf16": ["--model-path", "fixture:tiny-llama", "--speculative-algorithm", "EAGLE",
                    "--speculative-draft-model-path", "fixture:tiny-eagle-noisy", *SPEC_TINY, "--dtype", "bfloat16"],
 }
@@ -50,7 +50,7 @@ ASD_ARGS = {
 }
 
 # Environment of a configuration's servers (stock and ASD alike). With the CPU stand-in SGLang's children
-# start by fork (sglang_seams/start_method.py); the bf16 pair keeps SGLang's spawn, the path of every
+# start by fork (cpu_backend/seams/start_method.py); the bf16 pair keeps SGLang's spawn, the path of every
 # GPU install: a fresh child that must bootstrap itself and install and verify its hooks.
 CONFIG_ENV = {"eagle_bf16": {"SGLANG_ASD_CPU_START_METHOD": "spawn"}}
 

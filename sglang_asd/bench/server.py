@@ -213,9 +213,9 @@ def server_info(url: str, attempts: int = 4, timeout: float = 60.0) -> dict:
 def with_launch_facts(info: dict, launched: bool) -> dict:
     """``info`` plus what a server started by this run shows only through the environment it
     inherited: on CPU, the linear-layer mode (``cpu_gemm``, ``SGLANG_ASD_CPU_GEMM``,
-    sglang_seams/cpu_paths.py), part of a measurement's identity."""
+    cpu_backend/seams/cpu_paths.py), part of a measurement's identity."""
     if launched and info.get("device") == "cpu":
-        from sglang_asd.sglang_seams.cpu_paths import gemm_mode
+        from sglang_asd.cpu_backend.seams.cpu_paths import gemm_mode
 
         info = {**info, "cpu_gemm": gemm_mode()}
     return info

@@ -2,7 +2,7 @@
 
 One config type, ``ASDConfig``: which acceptance rule a request uses and that rule's parameters;
 the budget B lives in the request's ``Ledger``. The server settings (``sglang_asd.server_settings``)
-hold the server's ``ASDConfig`` and a request's choice (``sglang_asd.request_ledger.RequestASD``)
+hold the server's ``ASDConfig`` and a request's choice (``sglang_asd.sglang_seams.state.request_ledger.RequestASD``)
 holds its own, built by ``ASDConfig.tightened``. Each default is defined here, once, and each field
 has one validator, shared by the pure rule, the server flags and the HTTP layer. Errors name the
 field, the allowed range and the value got: ``asd_budget must be a finite number in [0, 64], got -1``.

@@ -95,7 +95,7 @@ def check_installed(targets: Iterable[str], bindings: Iterable[tuple[str, str]] 
 
 
 def scheduler_hooks(settings: ASDServerSettings) -> list[tuple[str, Callable]]:
-    from sglang_asd.sglang_seams import eagle_sample, req_to_token_pool, scheduler, standalone_draft, verify_warmup
+    from sglang_asd.sglang_seams.scheduler import eagle_sample, req_to_token_pool, scheduler, standalone_draft, verify_warmup
 
     hooks = [
         (eagle_sample.EAGLE_SAMPLE, eagle_sample.eagle_sample_around),
@@ -114,7 +114,7 @@ def scheduler_hooks(settings: ASDServerSettings) -> list[tuple[str, Callable]]:
 
 def install_cpu_path_hooks() -> list[tuple[str, Callable]]:
     """Scheduler process on CPU: SGLang paths that need a CPU fix (none on a GPU install)."""
-    from sglang_asd.sglang_seams import cpu_paths
+    from sglang_asd.cpu_backend.seams import cpu_paths
 
     hooks = cpu_paths.hooks()
     if hooks:
@@ -125,8 +125,8 @@ def install_cpu_path_hooks() -> list[tuple[str, Callable]]:
 
 def install_scheduler_hooks(settings: ASDServerSettings) -> None:
     """Scheduler process: install, apply and verify every scheduler-side hook."""
-    from sglang_asd.sglang_seams import eagle_sample, standalone_draft
-    from sglang_asd.sglang_seams.runtime import set_runtime
+    from sglang_asd.sglang_seams.scheduler import eagle_sample, standalone_draft
+    from sglang_asd.sglang_seams.state.runtime import set_runtime
 
     set_runtime(settings)
     eagle_sample.check_signatures(_resolve(eagle_sample.EAGLE_SAMPLE), _resolve(eagle_sample.VERIFY_TREE_GREEDY))
@@ -147,7 +147,7 @@ def install_scheduler_hooks(settings: ASDServerSettings) -> None:
 def install_launcher_cpu_hooks() -> list[tuple[str, Callable]]:
     """Launcher process on CPU (ASD and stock servers): SGLang's children start by fork (none on a GPU
     install, or with ``SGLANG_ASD_CPU_START_METHOD=spawn``)."""
-    from sglang_asd.sglang_seams import start_method
+    from sglang_asd.cpu_backend.seams import start_method
 
     hooks = start_method.hooks()
     if hooks:
@@ -157,15 +157,16 @@ def install_launcher_cpu_hooks() -> list[tuple[str, Callable]]:
 
 
 def frontend_hooks() -> list[tuple[str, Callable]]:
-    from sglang_asd.sglang_seams import http_api
+    from sglang_asd.sglang_seams.frontend import http_api
 
     return http_api.hooks()
 
 
 def install_frontend_hooks(settings: ASDServerSettings) -> None:
     """Launcher / HTTP process: request fields, receipts in responses, CPU platform facts."""
-    from sglang_asd.sglang_seams import http_api, platform
-    from sglang_asd.sglang_seams.runtime import set_runtime
+    from sglang_asd.sglang_seams.frontend import http_api
+    from sglang_asd.cpu_backend.seams import platform
+    from sglang_asd.sglang_seams.state.runtime import set_runtime
 
     set_runtime(settings)
     platform.apply()

@@ -1,10 +1,10 @@
 """A bf16 server on CPU (the launcher's default dtype): linear layers and LM head with float32 accumulation
-(``sglang_seams/cpu_paths.py``) in stock SGLang and in ASD alike, so budget 0 is still stock SGLang
+(``cpu_backend/seams/cpu_paths.py``) in stock SGLang and in ASD alike, so budget 0 is still stock SGLang
 token for token, and budgets spend within their receipts. The rest of the suite serves float32
 (near-ties in bf16 depend on batch shapes; these checks use one request at a time).
 
 These servers start their children with SGLang's spawn (``CONFIG_ENV`` in tests/conftest.py), every
-other test server by fork (``sglang_seams/start_method.py``): spawned children bootstrap themselves
+other test server by fork (``cpu_backend/seams/start_method.py``): spawned children bootstrap themselves
 (the stand-in, the CPU-path hooks, in the ASD server the scheduler hooks) as on a GPU install."""
 
 import pytest

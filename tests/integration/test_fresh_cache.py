@@ -1,7 +1,7 @@
 """A server on a machine whose fixture cache is empty: the launcher builds the fixtures, then serves.
 
 The launcher must not build them itself: a build runs tensor ops, which start torch's OpenMP pool,
-and on CPU the launcher forks its scheduler (``sglang_seams/start_method.py``), whose first parallel
+and on CPU the launcher forks its scheduler (``cpu_backend/seams/start_method.py``), whose first parallel
 op then hangs. Before ``launch_server.resolve_fixtures`` built them in a child process, this start
 stopped at "Load weight begin" until the timeout (EAGLE with a freshly trained head, 2026-12-02).
 The pool's servers cannot show it: the fixture tests build every fixture before the server phase.

@@ -2,7 +2,7 @@
 
 On ``tiny-llama`` (random attention: every prediction depends on the whole context) the draft
 only proposes what the target will verify if its KV cache holds exactly the target's tokens,
-so full acceptance checks ``sglang_seams/standalone_draft.py`` end to end: the prefill
+so full acceptance checks ``sglang_seams/scheduler/standalone_draft.py`` end to end: the prefill
 draft-extend, the root forward and the draft-extend after each verify (24 new tokens = 6 rounds),
 radix-cache hits (the second identical request, and a prompt that leaves a cached prefix right
 where an earlier one continued), chunked batches of several requests. Page size 1, radix cache on.

@@ -1,5 +1,5 @@
 """With the CPU stand-in, the servers' scheduler and detokenizer processes start by fork
-(``sglang_seams/start_method.py``); the bf16 pair keeps SGLang's spawn (tests/integration/test_cpu_bf16.py).
+(``cpu_backend/seams/start_method.py``); the bf16 pair keeps SGLang's spawn (tests/integration/test_cpu_bf16.py).
 The token-for-token identity tests run on forked servers; this checks what a fork inherits."""
 
 import pytest

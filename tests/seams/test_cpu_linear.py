@@ -1,4 +1,4 @@
-"""bf16 / fp16 linear layers with float32 accumulation on CPU (``sglang_seams/cpu_paths.py``).
+"""bf16 / fp16 linear layers with float32 accumulation on CPU (``cpu_backend/seams/cpu_paths.py``).
 
 Checked here against SGLang 0.5.23's own ``UnquantizedLinearMethod`` (weights made by its
 ``create_weights``, the original methods passed to the AROUND hooks as SGLang's hook registry
@@ -11,7 +11,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from sglang_asd.sglang_seams import cpu_paths
+from sglang_asd.cpu_backend.seams import cpu_paths
 
 SHAPES = [(5, 64, 96), (40, 256, 160)]  # (rows, in, out)
 

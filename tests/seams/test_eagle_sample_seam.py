@@ -1,4 +1,4 @@
-"""The verify seam (``sglang_seams/eagle_sample.py``) driven as SGLang's ``eagle_sample`` calls it.
+"""The verify seam (``sglang_seams/scheduler/eagle_sample.py``) driven as SGLang's ``eagle_sample`` calls it.
 
 ``_sglang_eagle_sample`` has SGLang 0.5.23's shape on its greedy branch (buffers allocated zero/-1,
 ``target_predict = argmax``, ``verify_tree_greedy_func`` called by keyword) and its sampling
@@ -10,13 +10,13 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from sglang_asd.request_ledger import RequestASD, RequestLedger
+from sglang_asd.sglang_seams.state.request_ledger import RequestASD, RequestLedger
 from sglang_asd.policy import ASDConfig
 from sglang_asd.server_settings import ASDServerSettings
-from sglang_asd.sglang_seams import eagle_sample as seam
-from sglang_asd.sglang_seams import runtime
-from sglang_asd.sglang_seams.aux_output import ASDRoundOutput
-from sglang_asd.sglang_seams.ledger_table import ASDLedgerTable
+from sglang_asd.sglang_seams.scheduler import eagle_sample as seam
+from sglang_asd.sglang_seams.state import runtime
+from sglang_asd.sglang_seams.state.round_output import ASDRoundOutput
+from sglang_asd.sglang_seams.state.ledger_table import ASDLedgerTable
 from sglang_asd.testing import make_round, strict_verify
 from sglang_asd.verify import asd_verify
 

@@ -5,7 +5,7 @@ import math
 import pytest
 
 from sglang_asd.server_settings import ASDServerSettings
-from sglang_asd.sglang_seams.http_api import rewrite_body
+from sglang_asd.sglang_seams.frontend.http_api import rewrite_body
 
 S = ASDServerSettings(max_budget=64)
 

@@ -1,4 +1,4 @@
-"""Receipts in the HTTP process (``sglang_seams/http_api.py``): nothing is kept per request.
+"""Receipts in the HTTP process (``sglang_seams/frontend/http_api.py``): nothing is kept per request.
 
 Drives the hooks as SGLang calls them (``TokenizerManager.generate_request`` inside the OpenAI
 stream generators and inside ``/generate``), with stand-ins for what SGLang yields.
@@ -7,7 +7,7 @@ stream generators and inside ``/generate``), with stand-ins for what SGLang yiel
 import asyncio
 import json
 
-from sglang_asd.sglang_seams import http_api
+from sglang_asd.sglang_seams.frontend import http_api
 
 RECEIPT = {"applied": True, "spent": 0.5}
 

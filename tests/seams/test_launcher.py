@@ -100,9 +100,9 @@ def test_modes_asd_cannot_serve_are_refused_when_asd_is_asked_for(tmp_path, flag
 
 def test_unsupported_modes_are_named_in_receipts():
     from sglang_asd.policy import ASDConfig
-    from sglang_asd.request_ledger import RequestASD, RequestLedger
+    from sglang_asd.sglang_seams.state.request_ledger import RequestASD, RequestLedger
     from sglang_asd.sglang_seams.modes import unsupported_mode
-    from sglang_asd.sglang_seams.scheduler import _reason
+    from sglang_asd.sglang_seams.scheduler.scheduler import _reason
 
     assert unsupported_mode("DFLASH", "null") == "unsupported:dflash"
     assert unsupported_mode("EAGLE", "decode") == "unsupported:pd_decode"

@@ -1,4 +1,4 @@
-"""The device ledger table under the overlap scheduler's ordering (``sglang_seams/ledger_table.py``).
+"""The device ledger table under the overlap scheduler's ordering (``sglang_seams/state/ledger_table.py``).
 
 On a GPU, admission and release run on the scheduler's host thread while the previous batch is
 still in flight; the table's device rows are read and written back by the verify step. These
@@ -12,10 +12,10 @@ from types import SimpleNamespace
 import torch
 
 from sglang_asd.policy import ASDConfig
-from sglang_asd.request_ledger import RequestASD, RequestLedger
+from sglang_asd.sglang_seams.state.request_ledger import RequestASD, RequestLedger
 from sglang_asd.server_settings import ASDServerSettings
-from sglang_asd.sglang_seams import runtime
-from sglang_asd.sglang_seams.ledger_table import ASDLedgerTable
+from sglang_asd.sglang_seams.state import runtime
+from sglang_asd.sglang_seams.state.ledger_table import ASDLedgerTable
 
 RULE = ASDConfig(gate=0.25, max_exceptions_per_block=2)
 
@@ -88,7 +88,7 @@ def _req(budget, kv=None):
 
 
 def _alloc(pool, reqs):
-    from sglang_asd.sglang_seams import req_to_token_pool as seam
+    from sglang_asd.sglang_seams.scheduler import req_to_token_pool as seam
 
     for r in reqs:
         r.kv.holds_kv = r.kv.req_pool_idx is not None
@@ -98,7 +98,7 @@ def _alloc(pool, reqs):
 
 
 def _free(pool, slots):
-    from sglang_asd.sglang_seams import req_to_token_pool as seam
+    from sglang_asd.sglang_seams.scheduler import req_to_token_pool as seam
 
     seam.free_rows_around(type(pool).free_rows, pool, slots)
 

@@ -6,10 +6,10 @@ import pytest
 import torch
 
 from sglang_asd.policy import ASDConfig
-from sglang_asd.request_ledger import RequestASD, RequestLedger
+from sglang_asd.sglang_seams.state.request_ledger import RequestASD, RequestLedger
 from sglang_asd.server_settings import ASDServerSettings
-from sglang_asd.sglang_seams import runtime
-from sglang_asd.sglang_seams.aux_output import ASDRoundOutput
+from sglang_asd.sglang_seams.state import runtime
+from sglang_asd.sglang_seams.state.round_output import ASDRoundOutput
 
 
 @pytest.fixture(autouse=True)

@@ -7,11 +7,11 @@ import pytest
 import torch
 
 from sglang_asd.policy import ASDConfig
-from sglang_asd.request_ledger import RequestASD, RequestLedger
+from sglang_asd.sglang_seams.state.request_ledger import RequestASD, RequestLedger
 from sglang_asd.server_settings import ASDServerSettings, split_argv
-from sglang_asd.sglang_seams import runtime
-from sglang_asd.sglang_seams.aux_output import ASDRoundOutput
-from sglang_asd.sglang_seams.http_api import rewrite_body
+from sglang_asd.sglang_seams.state import runtime
+from sglang_asd.sglang_seams.state.round_output import ASDRoundOutput
+from sglang_asd.sglang_seams.frontend.http_api import rewrite_body
 
 S = ASDServerSettings.from_mapping({"max_budget": 64, "margin": 2.0, "threshold": 1.0})
 
@@ -120,7 +120,7 @@ class _Counter:
 
 
 def test_round_metrics_carry_the_rule(monkeypatch):
-    from sglang_asd.sglang_seams.metrics import ASDMetrics
+    from sglang_asd.sglang_seams.state.metrics import ASDMetrics
 
     monkeypatch.setattr(runtime, "_RUNTIME", None)
     rt = runtime.set_runtime(ASDServerSettings())

@@ -7,7 +7,7 @@ from pathlib import Path
 from sglang_asd.server_settings import ASDServerSettings
 
 ROOT = Path(__file__).resolve().parents[2]
-ROW = re.compile(r"^\| `(sglang\.[\w.]+)` \| ([^|]+) \| `(sglang_seams/\w+\.py)` \| [^|]+ \| ([^|]+) \| [^|]+ \| `([\w/.]+)` \|$")
+ROW = re.compile(r"^\| `(sglang\.[\w.]+)` \| ([^|]+) \| `((?:sglang_seams|cpu_backend)/[\w/]+\.py)` \| [^|]+ \| ([^|]+) \| [^|]+ \| `([\w/.]+)` \|$")
 
 
 def _rows():
@@ -19,7 +19,7 @@ def _rows():
 
 
 def _cpu_hooks():
-    from sglang_asd.sglang_seams import cpu_paths, start_method
+    from sglang_asd.cpu_backend.seams import cpu_paths, start_method
 
     return [(cpu_paths.GET_LAST_LOC, cpu_paths.get_last_loc_around), *cpu_paths.linear_hooks(),
             (start_method.SET_ENVS_AND_CONFIG, start_method.set_envs_and_config_around)]

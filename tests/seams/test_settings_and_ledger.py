@@ -1,7 +1,7 @@
 import pytest
 
 from sglang_asd.policy import ASDConfig
-from sglang_asd.request_ledger import REASON_SAMPLING, RequestASD, RequestLedger
+from sglang_asd.sglang_seams.state.request_ledger import REASON_SAMPLING, RequestASD, RequestLedger
 from sglang_asd.server_settings import ASDServerSettings, split_argv
 
 REF = ASDConfig(gate=0.25, max_exceptions_per_block=2)

@@ -1,4 +1,4 @@
-"""The index arithmetic of ``sglang_seams/standalone_draft.py``, without a server.
+"""The index arithmetic of ``sglang_seams/scheduler/standalone_draft.py``, without a server.
 
 The end-to-end claim (a draft equal to the target accepts everything) is
 ``tests/integration/test_standalone_self_draft.py``; here the two input rewrites are checked on
@@ -10,7 +10,7 @@ from types import SimpleNamespace
 
 import torch
 
-from sglang_asd.sglang_seams import standalone_draft
+from sglang_asd.sglang_seams.scheduler import standalone_draft
 
 
 class _Mode:

@@ -1,4 +1,4 @@
-"""SGLang's children start by fork with the CPU stand-in (``sglang_seams/start_method.py``).
+"""SGLang's children start by fork with the CPU stand-in (``cpu_backend/seams/start_method.py``).
 
 The hook runs here against SGLang 0.5.23's own ``_set_envs_and_config`` target and the real
 ``multiprocessing`` start method; every test server but the bf16 pair starts its children this way
@@ -9,7 +9,7 @@ import multiprocessing
 
 import pytest
 
-from sglang_asd.sglang_seams import start_method
+from sglang_asd.cpu_backend.seams import start_method
 
 
 @pytest.fixture

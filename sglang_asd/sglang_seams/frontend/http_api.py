@@ -35,7 +35,7 @@ from __future__ import annotations
 import json
 from typing import Any, Optional
 
-from sglang_asd.request_ledger import (
+from sglang_asd.sglang_seams.state.request_ledger import (
     BUDGET_KEY,
     CAP_KEY,
     GATE_KEY,

@@ -25,7 +25,7 @@ import logging
 import torch
 
 from sglang_asd.sglang_seams.modes import process_unsupported_mode
-from sglang_asd.sglang_seams.runtime import get_runtime
+from sglang_asd.sglang_seams.state.runtime import get_runtime
 from sglang_asd.verify.warmup import key_of_call, verify_shapes, warmup
 
 logger = logging.getLogger(__name__)

@@ -1,7 +1,7 @@
 """The host-side ledger of one request and the receipt it produces. Standard library only.
 
 The device holds the authoritative ``remaining`` of every running request (indexed by its
-request-pool slot, see ``sglang_seams/req_to_token_pool.py``); this object is its host mirror, fed
+request-pool slot, see ``sglang_seams/scheduler/req_to_token_pool.py``); this object is its host mirror, fed
 from each verify round's results after SGLang commits the tokens. It is what a receipt reports and
 what a retracted request resumes from.
 

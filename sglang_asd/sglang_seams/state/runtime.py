@@ -11,7 +11,7 @@ from sglang_asd.server_settings import ASDServerSettings
 @dataclasses.dataclass
 class SchedulerRuntime:
     settings: ASDServerSettings
-    metrics: Optional[object] = None  # sglang_seams.metrics.ASDMetrics on the rank that exports
+    metrics: Optional[object] = None  # sglang_seams.state.metrics.ASDMetrics on the rank that exports
     unsupported_mode: Optional[str] = None  # "" once known to be supported; see sglang_seams/modes.py
     warmed_variants: Optional[frozenset] = None  # verify kernel variants warmed at start-up (verify_warmup.py)
     seen_variants: set = dataclasses.field(default_factory=set)  # variants serving has launched

@@ -29,7 +29,7 @@ from __future__ import annotations
 import logging
 from typing import Optional
 
-from sglang_asd.request_ledger import (
+from sglang_asd.sglang_seams.state.request_ledger import (
     REASON_NO_SPEC,
     REASON_SAMPLING,
     REASON_STRICT,
@@ -37,7 +37,7 @@ from sglang_asd.request_ledger import (
     RequestLedger,
 )
 from sglang_asd.sglang_seams.modes import process_unsupported_mode
-from sglang_asd.sglang_seams.runtime import get_runtime
+from sglang_asd.sglang_seams.state.runtime import get_runtime
 
 logger = logging.getLogger(__name__)
 
@@ -133,7 +133,7 @@ def init_metrics_collector_around(original, self, *args, **kwargs):
     if getattr(self, "metrics_collector", None) is not None:
         from sglang.srt.runtime_context import get_serving
 
-        from sglang_asd.sglang_seams.metrics import ASDMetrics
+        from sglang_asd.sglang_seams.state.metrics import ASDMetrics
 
         get_runtime().metrics = ASDMetrics({"model_name": get_serving().served_model_name})
     return result

@@ -22,8 +22,8 @@
 
 from __future__ import annotations
 
-from sglang_asd.sglang_seams.ledger_table import ASDLedgerTable
-from sglang_asd.sglang_seams.runtime import get_runtime
+from sglang_asd.sglang_seams.state.ledger_table import ASDLedgerTable
+from sglang_asd.sglang_seams.state.runtime import get_runtime
 from sglang_asd.verify.rules import RULE_ID
 
 TARGETS = (

@@ -41,7 +41,7 @@ class ASDRoundOutput:
         active = self.active.numpy()
         if not active.any():
             return
-        from sglang_asd.sglang_seams.runtime import get_runtime
+        from sglang_asd.sglang_seams.state.runtime import get_runtime
 
         exception = self.exception_mask.numpy()
         suffix = self.suffix_mask.numpy()

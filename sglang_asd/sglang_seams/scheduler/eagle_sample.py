@@ -61,10 +61,10 @@ import torch
 from sglang.srt.managers.auxiliary_output import append_auxiliary_output
 from sglang.srt.speculative import eagle_utils
 
-from sglang_asd.sglang_seams.aux_output import ASDRoundOutput
-from sglang_asd.sglang_seams.verify_warmup import note_variant
+from sglang_asd.sglang_seams.state.round_output import ASDRoundOutput
+from sglang_asd.sglang_seams.scheduler.verify_warmup import note_variant
 from sglang_asd.verify import ASDVerifyOutput, asd_verify
-from sglang_asd.sglang_seams.ledger_table import LedgerRows
+from sglang_asd.sglang_seams.state.ledger_table import LedgerRows
 from sglang_asd.verify.rules import needs_torch_path, row_traits, rows_on
 
 EAGLE_SAMPLE = "sglang.srt.speculative.eagle_utils.eagle_sample"
