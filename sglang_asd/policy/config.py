@@ -100,20 +100,45 @@ def _fmt(x: float) -> str:
     return f"{x:g}"
 
 
+# The largest count a request or server may set: the device ledger holds counts as int32.
+MAX_COUNT = 2**31 - 1
+
+
+def shown(value: Any) -> str:
+    """``value`` for an error message: its repr, or its size where the repr would flood the message
+    (an integer of hundreds of digits, a long string)."""
+    if isinstance(value, int) and not isinstance(value, bool) and abs(value) >= 10**40:
+        return f"an integer of {len(str(abs(value)))} digits"
+    text = repr(value)
+    return text if len(text) <= 80 else f"{text[:40]}... ({len(text)} characters)"
+
+
+def _finite(value: float) -> bool:
+    try:
+        return math.isfinite(value)
+    except OverflowError:  # an int beyond float's range
+        return False
+
+
 def check_number(name: str, value: Any, upper: float = math.inf) -> float:
-    """A finite number in [0, upper] (bool, str and None rejected), as float."""
-    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+    """A finite number in [0, upper] (bool, str and None rejected), as float; an integer beyond
+    float's range is rejected like any other out-of-range value."""
+    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and _finite(value)
     if not (ok and 0 <= value <= upper):
         bound = ">= 0" if upper == math.inf else f"in [0, {_fmt(upper)}]"
-        raise ValueError(f"{name} must be a finite number {bound}, got {value!r}")
+        raise ValueError(f"{name} must be a finite number {bound}, got {shown(value)}")
     return float(value)
 
 
 def check_count(name: str, value: Any, upper: float = math.inf) -> int:
-    """An integer in [0, upper] (bool and float rejected)."""
-    if not (isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= upper):
-        bound = ">= 0" if upper == math.inf else f"in [0, {_fmt(upper)}]"
-        raise ValueError(f"{name} must be an integer {bound}, got {value!r}")
+    """An integer in [0, upper] (bool and float rejected), at most ``MAX_COUNT``."""
+    is_int = isinstance(value, int) and not isinstance(value, bool)
+    if not (is_int and 0 <= value <= min(upper, MAX_COUNT)):
+        if upper != math.inf:
+            bound = f"in [0, {_fmt(upper)}]"
+        else:
+            bound = f"in [0, {MAX_COUNT}]" if is_int and value > MAX_COUNT else ">= 0"
+        raise ValueError(f"{name} must be an integer {bound}, got {shown(value)}")
     return value
 
 

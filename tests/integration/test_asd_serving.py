@@ -85,6 +85,26 @@ def test_bad_budget_is_400_and_serving_continues(server, value):
 
 
 @pytest.mark.server_group("eagle")
+@pytest.mark.parametrize("route", ["/generate", "/v1/completions", "/v1/chat/completions"])
+def test_a_number_no_type_holds_is_a_400_naming_the_field_on_every_route(server, route):
+    """Hundreds of digits (beyond float), and thousands (beyond what Python parses from JSON text)."""
+    for field in ("asd_budget", "asd_max_exceptions_per_block"):
+        for digits in (400, 5000):
+            literal = "9" * digits
+            if route == "/generate":
+                raw = f'{{"text": "hi", "sampling_params": {{"max_new_tokens": 4, "{field}": {literal}}}}}'
+            else:
+                chat = route.endswith("chat/completions")
+                what = '"messages": [{"role": "user", "content": "hi"}]' if chat else '"prompt": "hi"'
+                raw = f'{{"model": "default", {what}, "max_tokens": 4, "{field}": {literal}}}'
+            r = requests.post(server.url + route, data=raw, headers={"content-type": "application/json"})
+            assert r.status_code == 400, (field, digits, r.status_code, r.text[:300])
+            message = r.json()["error" if route == "/generate" else "message"]
+            assert message.startswith(field) and f"an integer of {digits} digits" in message, message
+    assert server.generate("hi", max_new_tokens=4)["meta_info"]["finish_reason"]["type"] == "length"
+
+
+@pytest.mark.server_group("eagle")
 def test_openai_routes_carry_budget_and_receipt(server):
     base = server.url + "/v1"
     r = requests.post(base + "/completions", json={"model": "default", "prompt": "The quick brown fox",

@@ -100,3 +100,16 @@ def test_validate_budget_accepts_exactly_finite_values_in_range(value, upper):
     else:
         with pytest.raises(ValueError, match=r"^asd_budget must be a finite number in \["):
             validate_budget(value, upper)
+
+
+def test_numbers_no_type_holds_are_refused_with_their_size():
+    from sglang_asd.policy.config import MAX_COUNT, check_count, check_number
+
+    for value in (10**400, -(10**400)):
+        with pytest.raises(ValueError, match=r"^b must be a finite number >= 0, got an integer of 401 digits$"):
+            check_number("b", value)
+    with pytest.raises(ValueError, match=r"^c must be an integer in \[0, 2147483647\], got an integer of 401 digits$"):
+        check_count("c", 10**400)
+    with pytest.raises(ValueError, match=r"^c must be an integer in \[0, 2147483647\], got 2147483648$"):
+        check_count("c", MAX_COUNT + 1)
+    assert check_count("c", MAX_COUNT) == MAX_COUNT and check_number("b", 10**300) == 1e300

@@ -70,3 +70,79 @@ def test_conflicting_duplicates_rejected():
 def test_custom_params_must_be_object():
     with pytest.raises(ValueError, match="custom_params must be an object"):
         rewrite_body("/v1/completions", {"asd_budget": 1, "custom_params": [1]}, S)
+
+
+HUGE = 10**400  # no float holds it (float(HUGE) overflows), and no int64 or int32 either
+FIELDS = ["asd_budget", "asd_gate", "asd_margin", "asd_threshold", "asd_max_exceptions_per_block"]
+ROUTES = ["/generate", "/v1/completions", "/v1/chat/completions"]
+RULE_OF = {"asd_margin": "margin", "asd_threshold": "threshold"}  # a parameter only its rule reads
+
+
+def _body(path, field, value, nested=False):
+    fields = {field: value, **({"asd_rule": RULE_OF[field]} if field in RULE_OF else {})}
+    if path == "/generate":
+        return {"text": "x", "sampling_params": fields}
+    return {"prompt": "x", "custom_params": fields} if nested else {"prompt": "x", **fields}
+
+
+@pytest.mark.parametrize("path", ROUTES)
+@pytest.mark.parametrize("field, value", [*[(f, v) for f in FIELDS for v in (HUGE, -HUGE, 1e308 * 10)],
+                                          ("asd_max_exceptions_per_block", 2**63)])
+def test_a_number_no_type_holds_is_refused_naming_the_field(path, field, value):
+    for nested in (False, True):
+        with pytest.raises(ValueError) as e:
+            rewrite_body(path, _body(path, field, value, nested), ASDServerSettings(max_budget=1e300))
+        message = str(e.value)
+        assert message.startswith(field + " must be"), message
+        assert len(message) < 200, message  # the value is described, not printed digit by digit
+        if value in (HUGE, -HUGE):
+            assert message.endswith("got an integer of 401 digits"), message
+
+
+def _asgi(path: str, raw: bytes):
+    """Run the middleware on one request; returns (status, body) of the answer, or (None, forwarded body)."""
+    import asyncio
+    import json
+
+    from sglang_asd.sglang_seams.frontend.http_api import ASDRequestMiddleware
+
+    sent, forwarded = [], []
+
+    async def app(scope, receive, send):
+        forwarded.append((await receive())["body"])
+
+    async def receive():
+        return {"type": "http.request", "body": raw, "more_body": False}
+
+    async def send(message):
+        sent.append(message)
+
+    scope = {"type": "http", "method": "POST", "path": path, "headers": []}
+    asyncio.run(ASDRequestMiddleware(app)(scope, receive, send))
+    if forwarded:
+        return None, forwarded[0]
+    return sent[0]["status"], json.loads(sent[1]["body"])
+
+
+@pytest.mark.parametrize("path", ROUTES)
+@pytest.mark.parametrize("field", ["asd_budget", "asd_max_exceptions_per_block"])
+def test_an_integer_literal_python_will_not_parse_is_a_400_naming_the_field(path, field):
+    digits = "9" * 5000  # over Python's limit on digits converted from text: json.loads refuses the body
+    raw = (f'{{"text": "x", "sampling_params": {{"{field}": {digits}}}}}' if path == "/generate"
+           else f'{{"prompt": "x", "{field}": {digits}}}').encode()
+    status, body = _asgi(path, raw)
+    message = body["error"] if path == "/generate" else body["message"]
+    assert status == 400 and message.startswith(field + " must be") and "an integer of 5000 digits" in message
+
+
+def test_a_long_integer_elsewhere_is_sglangs_to_answer():
+    raw = ('{"text": "x", "sampling_params": {"max_new_tokens": ' + "9" * 5000 + ', "asd_budget": 1}}').encode()
+    status, forwarded = _asgi("/generate", raw)
+    assert status is None and forwarded == raw  # passed on untouched: SGLang refuses its own field
+
+
+def test_the_middleware_moves_fields_and_refuses_bad_ones():
+    status, forwarded = _asgi("/v1/completions", b'{"prompt": "x", "asd_budget": 2}')
+    assert status is None and b'"custom_params": {"asd_budget": 2.0}' in forwarded
+    status, body = _asgi("/v1/completions", b'{"prompt": "x", "asd_budget": -2}')
+    assert status == 400 and body["message"].startswith("asd_budget must be a finite number") and "got -2" in body["message"]

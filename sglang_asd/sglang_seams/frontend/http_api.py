@@ -33,8 +33,10 @@ Tested on: sglang 0.5.23.
 from __future__ import annotations
 
 import json
+import sys
 from typing import Any, Optional
 
+from sglang_asd.policy.config import shown
 from sglang_asd.sglang_seams.state.request_ledger import (
     BUDGET_KEY,
     CAP_KEY,
@@ -98,7 +100,8 @@ def _move_into_custom_params(holder: dict, source: dict, settings: ASDServerSett
     nested = {k: custom[k] for k in REQUEST_KEYS if custom and k in custom}
     for k in fields.keys() & nested.keys():
         if fields[k] != nested[k]:
-            raise ValueError(f"{k} is given twice with different values: {fields[k]!r} and custom_params.{k}={nested[k]!r}")
+            raise ValueError(f"{k} is given twice with different values: {shown(fields[k])} and "
+                             f"custom_params.{k}={shown(nested[k])}")
     merged = validate_fields({**nested, **fields}, settings)
     if merged:
         holder["custom_params"] = {**(custom or {}), **merged}
@@ -126,6 +129,41 @@ def _error_body(path: str, message: str) -> bytes:
     ).encode()
 
 
+class _Digits(str):
+    """An integer literal too long for ``int()`` (Python's limit on digits converted from text)."""
+
+    def __repr__(self) -> str:
+        return f"an integer of {len(self.lstrip('-'))} digits"
+
+
+def _long_integer_refusal(path: str, raw: bytes) -> Optional[str]:
+    """The 400 message for a body whose ASD field is an integer literal Python will not parse, else None.
+
+    ``json.loads`` refuses the whole body then; parsed again with such literals kept as text, the ASD
+    fields are validated as usual and refused as "not a number", naming the field; a long literal in
+    any other field is SGLang's to answer."""
+    try:
+        body = json.loads(raw, parse_int=_int_or_digits)
+    except ValueError:
+        return None
+    try:
+        rewrite_body(path, body, _SETTINGS)
+    except ValueError as e:
+        return str(e)
+    return None
+
+
+def _int_or_digits(text: str):
+    limit = sys.get_int_max_str_digits()
+    return _Digits(text) if limit and len(text.lstrip("-")) > limit else int(text)
+
+
+async def _send_400(send, payload: bytes) -> None:
+    await send({"type": "http.response.start", "status": 400,
+                "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(payload)).encode())]})
+    await send({"type": "http.response.body", "body": payload})
+
+
 class ASDRequestMiddleware:
     """Pure ASGI middleware (no response buffering, streaming unaffected)."""
 
@@ -146,17 +184,15 @@ class ASDRequestMiddleware:
         try:
             body = json.loads(raw) if raw else None
         except ValueError:
-            body = None  # not JSON: let SGLang answer as it always does
+            body = None  # not JSON (or an integer literal Python will not parse): SGLang answers as always,
+            refusal = _long_integer_refusal(path, raw)  # unless an ASD field holds that integer
+            if refusal is not None:
+                return await _send_400(send, _error_body(path, refusal))
         if body is not None:
             try:
                 raw = json.dumps(rewrite_body(path, body, _SETTINGS)).encode()
             except ValueError as e:
-                payload = _error_body(path, str(e))
-                await send({"type": "http.response.start", "status": 400,
-                            "headers": [(b"content-type", b"application/json"),
-                                        (b"content-length", str(len(payload)).encode())]})
-                await send({"type": "http.response.body", "body": payload})
-                return
+                return await _send_400(send, _error_body(path, str(e)))
         headers = [(k, v) for k, v in scope.get("headers", []) if k.lower() != b"content-length"]
         headers.append((b"content-length", str(len(raw)).encode()))
         scope = dict(scope, headers=headers)
