@@ -19,7 +19,7 @@ from pathlib import Path
 
 import requests
 
-from sglang_asd.bench.server import LaunchedServer
+from sglang_asd.testing.server import LaunchedServer
 
 SPEC = ["--speculative-num-steps", "3", "--speculative-eagle-topk", "1", "--speculative-num-draft-tokens", "4"]
 SETUPS = {

@@ -1,4 +1,4 @@
-"""Real SGLang servers (CPU, float32) for tests, on top of the benchmark launcher.
+"""Real SGLang servers (CPU, float32) for tests, on top of the shared launcher (``sglang_asd.testing.server``).
 
 Servers log at info level: tests that read the log (the verify warm-up's variant lines) then use the
 pool's servers instead of starting their own.
@@ -14,7 +14,7 @@ from pathlib import Path
 
 import requests
 
-from sglang_asd.bench.server import LaunchedServer
+from sglang_asd.testing.server import LaunchedServer
 
 # One server pair (stock and ASD) for the paged-KV and the streaming-session tests: paged KV (page 4)
 # with streaming sessions on, so neither starts servers of its own.

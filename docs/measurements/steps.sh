@@ -5,7 +5,8 @@
 # tree then cannot change a running server), OUT = $REPO/out/OUT_NAME unless set, PY = the .venv of
 # the main checkout (which worktrees share) unless set; exports PYTHONPATH, cds to REPO.
 #
-# step NAME MODULE ARGS...: run `python -m MODULE ARGS...` to completion (two tries: a tool exits 1
+# step NAME MODULE ARGS...: run `python -m MODULE ARGS...` (`python MODULE ARGS...` when MODULE is a
+# script path ending in .py, e.g. scripts/lab/speed.py) to completion (two tries: a tool exits 1
 # when a server dropped requests, and the second try relaunches it and --resume redoes the lost work),
 # then leave OUT/NAME.done so a later run of the chain skips it. With STOP_AFTER=NAME in the
 # environment the chain ends (exit 0) once step NAME is done, so a session can queue another chain
@@ -32,11 +33,12 @@ chain_setup() {
 log() { echo "$(date '+%F %T') $*" | tee -a "$OUT/$LOG_NAME"; }
 
 step() {
-    local name=$1; shift
+    local name=$1 how=-m; shift
+    case $1 in *.py) how= ;; esac
     if [ -e "$OUT/$name.done" ]; then log "skip $name (done)"; stop_after "$name"; return 0; fi
     for try in 1 2; do
-        log "start $name (try $try): python -m $*"
-        "$PY" -m "$@" >>"$OUT/$name.log" 2>&1
+        log "start $name (try $try): python ${how:+$how }$*"
+        "$PY" $how "$@" >>"$OUT/$name.log" 2>&1
         local rc=$?
         if [ $rc -eq 0 ]; then touch "$OUT/$name.done"; log "done $name"; stop_after "$name"; return 0; fi
         log "FAILED $name (exit status $rc, log $OUT/$name.log)"

@@ -15,7 +15,10 @@ continues a stopped run and ``--report-only`` reports what is complete.
 Modules: ``client`` (one request, any route), ``runner`` (a pass at fixed concurrency),
 ``arms`` (what is compared), ``runlog`` (resumable runs), ``datasets`` (prompts), ``scoring``
 (per-task scorers, code sandbox), ``stats`` (percentiles, bootstrap intervals, McNemar),
-``speed_summary`` / ``audit_summary`` (each tool's arithmetic), ``report`` / ``audit_report``
-(JSON, CSV, markdown, frontier plot), ``server`` (start CPU servers for a run).
-No module here imports SGLang or torch: the tools run against any server URL.
+``speed_summary`` / ``audit_summary`` (each tool's arithmetic), ``report`` / ``speed_report`` /
+``audit_report`` (JSON, CSV, markdown, frontier plot), ``server`` (where a run's requests go; CPU
+servers it starts through ``sglang_asd.testing.server``), ``monitor`` (what may watch each speed
+pass), ``host`` (the machine a pass ran on).
+No module here imports SGLang or torch: the tools run against any server URL. The project's own
+lab (host-noise checks, rebuilding ``data/``) is ``scripts/lab/``.
 """

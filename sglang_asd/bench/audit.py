@@ -94,9 +94,9 @@ def plan(arms: list[Arm], prompts: dict[str, list[datasets.Prompt]],
          done: set) -> list[tuple[str, Arm, datasets.Prompt]]:
     """Every (task, arm, item) request not yet done, for one pass: task by task, item by item with
     every arm of an item together (strict first). A stopped run leaves items paired across arms, and
-    one pass keeps the server's batch full (on the 2-core CPU host, throughput grows with the batch:
-    an MLP GEMM of 120 rows cost 2.5x one of 24) instead of draining it at the end of each arm or task: a pass per task lost
-    about four minutes of throughput at each task boundary of the Qwen audit at concurrency 24."""
+    one pass keeps the server's batch full instead of draining it at the end of each arm or task
+    (where throughput grows with the batch, as on CPU, a pass per task loses throughput at every
+    task boundary: docs/BENCHMARKS.md#host-effects-behind-the-method)."""
     return [(t, a, p) for t, items in prompts.items() for p in items for a in arms if (a.label, t, p.id) not in done]
 
 

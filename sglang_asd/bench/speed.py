@@ -18,9 +18,13 @@ prompts (4 tokens) runs first on each server so every measured pass sees the sam
 Every completed pass is appended to ``DIR/speed_passes.jsonl`` at once; ``--resume`` continues a
 stopped run (same configuration, checked) and ``--report-only`` rewrites the report from the log.
 Writes ``speed.json`` (config, server info, per-arm rows with intervals, every pass, warnings),
-``speed.csv`` and ``speed.md``, after every pass. With ``--launch`` / ``--plain-launch`` it
-starts ``python -m sglang_asd.launch_server ARGS`` itself (logs ``DIR/server.log``,
-``DIR/plain_server.log``) and stops it at the end.
+``speed.csv`` and ``speed.md`` (``speed_report``), after every pass. With ``--launch`` /
+``--plain-launch`` it starts ``python -m sglang_asd.launch_server ARGS`` itself (logs
+``DIR/server.log``, ``DIR/plain_server.log``) and stops it at the end.
+
+Nothing here judges the machine a pass ran on: a runner may watch every pass through a pass
+monitor (``monitor.py``: a disturbed pass is logged as such, left out and redone), as the project's
+own ``scripts/lab/speed.py`` does for other load on a shared host.
 """
 
 from __future__ import annotations
@@ -29,58 +33,40 @@ import argparse
 import sys
 import time
 from pathlib import Path
-from typing import Optional
+from typing import Callable, Optional
 
 import requests
 
-from sglang_asd.bench import datasets, quiet, report, speed_summary
+from sglang_asd.bench import datasets, host, report, speed_report, speed_summary
 from sglang_asd.bench.arms import PLAIN, PLAIN_ARM, STRICT, Arm, resolve_arms
 from sglang_asd.bench.client import GenRequest, served_model
 from sglang_asd.bench.metrics import first_errors, result_metrics
+from sglang_asd.bench.monitor import NO_MONITOR, PassMonitor, Verdict
 from sglang_asd.bench.runlog import RunLog, RunLogError, logged_servers, read_log
 from sglang_asd.bench.runner import PassFailed, PassResult, preflight, run_pass
-from sglang_asd.bench.server import (add_plain_args, add_server_args, identity, plain_launch, server_info,
+from sglang_asd.bench.server import (Targets, add_plain_args, add_server_args, identity, plain_launch, server_info,
                                      target_servers, with_launch_facts)
 
 LOG_NAME = "speed_passes.jsonl"
 LOG_KIND = "asd-speed-log"
 DEFAULT_BUDGETS = "0,2,8,32"
 REQUEST_KEYS = ("tag", "ok", "completion_tokens", "latency_s", "spec_verify_ct", "error")
-COLUMNS = (
-    ("arm", "arm"), ("fields", "request fields"), ("repeats_n", "repeats"),
-    ("speedup_cell", "tok/s vs strict [95% CI, repeats]"),
-    ("prompt_speedup_cell", "per-prompt tok/s vs strict [95% CI, prompts]"), ("prompts_n", "prompts"),
-    ("vs_plain", "tok/s vs plain"), ("drift_median", "baseline drift (median)"), ("tok_s_median", "tok/s"),
-    ("cpu_speedup_cell", "tokens per server CPU-s vs strict [95% CI, repeats]"),
-    ("accept_length", "accept len"), ("verify_ct_mean", "verify rounds/req"), ("spent_mean", "spent/req (nats)"),
-    ("applied_share", "ASD applied"), ("errors", "errors"),
-)
-CSV_COLUMNS = ("arm", "budget", "fields", "repeats_n", "rounds_n", "speedup_median", "speedup_ci", "prompts_n", "prompt_speedup",
-               "prompt_speedup_ci", "vs_plain", "drift_median", "drift_max", "tok_s_median", "strict_tok_s_median",
-               "cpu_speedup_median", "cpu_speedup_ci", "cpu_drift_median", "cpu_s_per_token_median",
-               "accept_length", "strict_accept_length", "verify_ct_mean", "strict_verify_ct_mean", "spent_mean",
-               "exceptions_mean", "applied_share", "errors", "fixed_work_ok")
 
 
 def pass_record(arm: Arm, repeat: int, index: int, p: PassResult, expected_tokens: int,
-                server_cpu_s: Optional[float] = None, foreign_share: Optional[float] = None,
-                max_foreign_share: float = quiet.DEFAULT_MAX_SHARE, machine: Optional[str] = None,
-                stall_s: Optional[float] = None, round_: Optional[int] = None) -> dict:
+                server_cpu_s: Optional[float] = None, verdict: Optional[Verdict] = None,
+                machine: Optional[str] = None, round_: Optional[int] = None) -> dict:
     """The logged form of one pass; ``server_cpu_s`` = CPU seconds the serving processes used
-    during it (launched servers only), ``cpu_s_per_token`` = that over the output tokens,
-    ``foreign_share`` = the machine's CPU that went to other work meanwhile (``quiet.py``; launched
-    servers only), ``stall_s`` = the longest the machine stood still (``quiet.Heartbeat``),
-    ``disturbed`` when the share is above ``max_foreign_share`` or the stall above
-    ``quiet.MAX_STALL_S``; ``machine`` = the client's ``quiet.machine()`` id (a trio or a round
-    pairs passes of one machine, ``speed_summary``); ``round`` = the pass's round (rounds schedule;
-    None for trios)."""
+    during it (launched servers only), ``cpu_s_per_token`` = that over the output tokens; the pass
+    monitor's ``verdict`` gives ``disturbed`` and the fields it logs (``monitor``); ``machine`` =
+    the client's ``host.machine()`` id (a trio or a round pairs passes of one machine,
+    ``speed_summary``); ``round`` = the pass's round (rounds schedule; None for trios)."""
     m = result_metrics(p.results)
+    verdict = verdict or Verdict()
     return {"kind": "pass", "repeat": repeat, "index": index, "round": round_, "arm": arm.label, "server": arm.server,
             "machine": machine,
-            "fields": dict(arm.fields), "server_cpu_s": server_cpu_s, "foreign_share": foreign_share,
-            "stall_s": stall_s,
-            "disturbed": (foreign_share is not None and foreign_share > max_foreign_share)
-            or (stall_s is not None and stall_s > quiet.MAX_STALL_S),
+            "fields": dict(arm.fields), "server_cpu_s": server_cpu_s,
+            **verdict.fields, "disturbed": verdict.disturbed,
             "cpu_s_per_token": server_cpu_s / m["output_tokens"] if server_cpu_s and m["output_tokens"] else None,
             "finished": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "wall_s": p.wall_s, "tok_s": p.tokens_per_s,
             "fixed_work_ok": m["output_tokens"] == expected_tokens and not m["errors"], **m,
@@ -114,9 +100,11 @@ def rounds_of(fp: dict) -> Optional[int]:
     return -(-len(fp["prompts"]) // fp["concurrency"])
 
 
-def run(args: argparse.Namespace, arms: list[Arm]) -> dict:
+def run(args: argparse.Namespace, arms: list[Arm],
+        monitor: Optional[Callable[[Targets], PassMonitor]] = None) -> dict:
     """Measure every pass of the schedule not yet in the log (the servers are started here when
-    launched); the report is rewritten after each pass. Returns the final report."""
+    launched), each watched by ``monitor(targets)`` (``monitor.py``; none by default); the report is
+    rewritten after each pass. Returns the final report."""
     prompts = datasets.mixed_prompts(datasets.parse_tasks(args.dataset), args.num_prompts)
     fp = fingerprint(args, arms, prompts)
     log_path = args.out / LOG_NAME
@@ -132,7 +120,7 @@ def run(args: argparse.Namespace, arms: list[Arm]) -> dict:
                                                         api=args.api, model=model, tag="preflight")) for a in arms],
                   args.timeout)
         log = RunLog.open(log_path, LOG_KIND, fp, args.resume)
-        machine = quiet.machine()
+        machine = host.machine()
         log.append({"kind": "plan", "repeats": args.repeats, "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
                     "machine": machine, "servers": info})
         meta = {"urls": urls, **info, "model": model}
@@ -149,11 +137,10 @@ def run(args: argparse.Namespace, arms: list[Arm]) -> dict:
                 run_pass(urls[server], reqs(by_label[PLAIN if server == "plain" else STRICT], 4), args.concurrency,
                          args.timeout, desc=f"warm-up ({server})")
         # NGRAM drafts come from a corpus of every request the server has seen, so a pass would draft
-        # from the same prompts' earlier outputs: passes 2 and 3 of a strict arm accepted 4.3 and 6.4
-        # tokens per round where the first accepted 1.8 (the demo model, 2026-12-02). Every pass on
-        # such a server starts from an empty corpus: SGLang's /flush_cache, which also empties the radix
-        # cache, so then every pass flushes its own server first, the plain one too (no arm keeps its
-        # prompts' prefixes).
+        # from the same prompts' earlier outputs, its accept length growing pass after pass
+        # (docs/BENCHMARKS.md#host-effects-behind-the-method). Every pass on such a server starts
+        # from an empty corpus: SGLang's /flush_cache, which also empties the radix cache, so then
+        # every pass flushes its own server first, the plain one too (no arm keeps its prompts' prefixes).
         flush_each_pass = "NGRAM" in (info["server"].get("speculative_algorithm"),
                                       info["plain_server"].get("speculative_algorithm"))
         rounds = rounds_of(fp)
@@ -163,30 +150,29 @@ def run(args: argparse.Namespace, arms: list[Arm]) -> dict:
         from tqdm import tqdm
 
         total = args.repeats * len(order)
-        load, beat = quiet.ForeignLoad(lambda: own_cpu_s(targets)), quiet.Heartbeat()
+        watch = NO_MONITOR if monitor is None else monitor(targets)
         with tqdm(total=total, initial=max(0, total - len(todo)), desc="speed passes", unit="pass", dynamic_ncols=True) as bar:
             for repeat, index in todo:
                 arm = by_label[order[index]]
                 group = None if rounds is None else speed_summary.round_of(index, len(arms))
                 work = reqs(arm, args.max_new_tokens, group)
                 where = f"repeat {repeat + 1}" + ("" if group is None else f" round {group + 1}/{rounds}")
-                for attempt in range(args.redo_disturbed + 1):
+                for attempt in range(watch.redos + 1):
                     if attempt:
-                        load.wait_quiet(args.max_foreign_share, max_wait_s=args.quiet_wait)
+                        watch.before_redo()
                     if flush_each_pass:
                         flush_cache(urls[arm.server])
                     cpu_before = targets.cpu_seconds(arm.server)
-                    load.start()
-                    beat.start()
+                    watch.before_pass()
                     p = run_pass(urls[arm.server], work, args.concurrency, args.timeout,
                                  desc=f"{where} {arm.label}", progress=group is None)
-                    stall, share = beat.stop(), load.share()
+                    verdict = watch.after_pass()
                     cpu_after = targets.cpu_seconds(arm.server)
                     cpu = None if cpu_before is None or cpu_after is None else cpu_after - cpu_before
-                    record = pass_record(arm, repeat, index, p, len(work) * args.max_new_tokens, cpu, share,
-                                         args.max_foreign_share, machine["id"], stall, group)
+                    record = pass_record(arm, repeat, index, p, len(work) * args.max_new_tokens, cpu, verdict,
+                                         machine["id"], group)
                     log.append(record)
-                    write(build_result(log.header, log.records, args.repeats, meta), args.out)
+                    speed_report.write(build_result(log.header, log.records, args.repeats, meta), args.out)
                     if record["errors"]:
                         # A server that dropped requests (crashed, timed out) would fail every later pass
                         # too: stop here; --resume redoes this pass and the rest.
@@ -195,11 +181,8 @@ def run(args: argparse.Namespace, arms: list[Arm]) -> dict:
                                          f"rerun with --resume to redo this pass and the rest")
                     if not record["disturbed"]:
                         break
-                    why = (f"the machine stood still for {stall:.0f} s during the pass" if stall > quiet.MAX_STALL_S
-                           else f"{share:.0%} of the machine's CPU went to other work during the pass "
-                                f"(> {args.max_foreign_share:.0%})")
-                    tqdm.write(f"{where} {arm.label}: {why}"
-                               + (": redoing it" if attempt < args.redo_disturbed else ": kept, marked disturbed"))
+                    tqdm.write(f"{where} {arm.label}: {verdict.why}"
+                               + (": redoing it" if attempt < watch.redos else ": kept, marked disturbed"))
                 bar.set_postfix_str(f"{arm.label} {fmt_rate(p.tokens_per_s)}")
                 bar.update(1)
         result = build_result(log.header, log.records, args.repeats, meta)
@@ -212,15 +195,6 @@ def flush_cache(url: str, timeout: float = 120.0) -> None:
     r = requests.post(url.rstrip("/") + "/flush_cache", timeout=timeout)
     if r.status_code != 200:
         raise RuntimeError(f"{url}/flush_cache: HTTP {r.status_code}: {r.text[:200]}")
-
-
-def own_cpu_s(targets) -> Optional[float]:
-    """CPU seconds of the benchmark's client and every server it launched; None when a server was
-    given by URL (its CPU cannot be told from other work on the machine)."""
-    if any(url and role not in targets.launched for role, url in targets.urls.items()):
-        return None
-    servers = [targets.cpu_seconds(role) for role in targets.launched]
-    return None if None in servers else quiet.own_process_s() + sum(servers)
 
 
 def passes_of(records: list[dict]) -> list[dict]:
@@ -281,73 +255,13 @@ def repeats_cell(value: Optional[float], ci, repeats: Optional[int]) -> str:
     return report.fmt_ci(value, ci)
 
 
-def few_repeats_note(arms: list[dict]) -> Optional[str]:
-    """What the interval over repeats is when there are too few of them to resample.
-
-    The percentile bootstrap of a median over a handful of repeats can only return their lowest and
-    highest ratio (with 5 repeats a resample's median is the lowest one more than 2.5% of the time):
-    the interval is then the repeats' range and covers far less than 95%. Said where the log shows it.
-    """
-    ranged = [a for a in arms if len(a.get("ratios") or ()) > 1 and a.get("speedup_ci") is not None
-              and list(a["speedup_ci"]) == [min(a["ratios"]), max(a["ratios"])]]
-    if not ranged:
-        return None
-    n = sorted({len(a["ratios"]) for a in ranged})
-    return (f"With {' or '.join(map(str, n))} repeats the interval over repeats of "
-            f"{', '.join(a['arm'] for a in ranged)} is the repeats' range (lowest, highest ratio), "
-            "not a 95% interval; the per-prompt interval rests on every prompt.")
-
-
 def fmt_rate(x: Optional[float]) -> str:
     return "n/a" if x is None else f"{x:.1f} tok/s"
 
 
-def columns(rounds: Optional[int]) -> tuple:
-    """The report's columns: rounds show how many rounds are paired and have no baseline drift."""
-    if rounds is None:
-        return COLUMNS
-    cols = [c for c in COLUMNS if c[0] != "drift_median"]
-    at = [c[0] for c in cols].index("repeats_n") + 1
-    return tuple(cols[:at] + [("rounds_n", "paired rounds")] + cols[at:])
-
-
-def write(result: dict, out: Path) -> None:
-    report.write_json(out / "speed.json", result)
-    report.write_csv(out / "speed.csv", result["arms"], CSV_COLUMNS)
-    cfg, done = result["config"], result["complete"]
-    status = "complete" if done["passes"] >= done["planned"] else "PARTIAL"
-    rounds = cfg.get("rounds")
-    shape = ("strict-candidate-strict" if rounds is None else
-             f"{rounds} rounds of {cfg['concurrency']} prompt(s), every arm once per round")
-    md = [f"# ASD speed at fixed work ({result['created']})", "",
-          f"{status}: {done['passes']} of {done['planned']} passes. {cfg['num_prompts']} prompts, ignore_eos, "
-          f"max_new_tokens {cfg['max_new_tokens']}, concurrency {cfg['concurrency']}, route {cfg['api']}"
-          f"{' (stream)' if cfg['stream'] else ''}, {cfg['repeats']} repeat(s) of {shape}.", "",
-          report.markdown_table(result["arms"], columns(rounds)),
-          "Intervals: 95% percentile bootstrap (median over repeats; geometric mean over prompts).", ""]
-    if note := few_repeats_note(result["arms"]):
-        md += [note, ""]
-    if cfg["concurrency"] > 1:
-        md += [f"At concurrency {cfg['concurrency']} the two ratios differ in kind. Over repeats: throughput, "
-               "summed tokens over summed wall time, and a pass ends with its slowest request. Over prompts: "
-               "each request's own rate, its tokens over its own latency. Plain decoding ends a batch's "
-               "requests together; speculative requests end as their accept lengths allow, so the batch's "
-               "tail weighs on the first ratio only.", ""]
-    for key in ("server", "plain_server"):
-        if result.get(key):
-            md += [f"{key}: " + ", ".join(f"{k}={v}" for k, v in result[key].items()), ""]
-    if result.get("machines"):
-        md += ["machines: " + "; ".join(f"{m['id']} ({m['cpu']}, {m['cpus']} CPUs): {m['passes']} passes"
-                                         for m in result["machines"]), ""]
-    if cfg.get("launch") is not None:
-        md += [f"launch: `{cfg['launch']}`", ""]
-    if result["warnings"]:
-        md += ["Warnings:", *[f"- {w}" for w in result["warnings"]], ""]
-    (out / "speed.md").write_text("\n".join(md) + "\n")
-
-
-def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m sglang_asd.bench.speed", description=__doc__.split("\n\n")[0])
+def build_parser(prog: str = "python -m sglang_asd.bench.speed") -> argparse.ArgumentParser:
+    """The tool's flags; a runner with a pass monitor (``monitor.py``) adds its own to them."""
+    p = argparse.ArgumentParser(prog=prog, description=__doc__.split("\n\n")[0])
     add_server_args(p)
     add_plain_args(p)
     p.add_argument("--budgets", help=f"comma-separated asd_budget values, shorthand for arms (default "
@@ -369,27 +283,19 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--stream", action="store_true", help="stream responses (measures the streaming path)")
     p.add_argument("--no-warmup", dest="warmup", action="store_false")
     p.add_argument("--timeout", type=float, default=600.0, help="per-request timeout, seconds")
-    p.add_argument("--max-foreign-share", type=float, default=quiet.DEFAULT_MAX_SHARE,
-                   help="launched servers: a pass during which more than this share of the machine's CPU went "
-                        "to other processes is disturbed, and redone (default %(default)s)")
-    p.add_argument("--redo-disturbed", type=int, default=2,
-                   help="redo a disturbed pass up to this many times, each once the machine is quiet; the last "
-                        "try is kept, marked (default %(default)s)")
-    p.add_argument("--quiet-wait", type=float, default=1800.0,
-                   help="seconds to wait at most for other load to end before a redo (default %(default)s)")
     p.add_argument("--out", type=Path, required=True, help="output folder (holds the run log)")
     return p
 
 
 def main(argv: Optional[list[str]] = None) -> int:
-    args = build_parser().parse_args(argv)
+    return run_cli(build_parser().parse_args(argv))
+
+
+def run_cli(args: argparse.Namespace, monitor: Optional[Callable[[Targets], PassMonitor]] = None) -> int:
+    """The tool on parsed flags, its passes watched by ``monitor`` (``run``); the exit status."""
     for name in ("num_prompts", "max_new_tokens", "concurrency", "repeats"):
         if getattr(args, name) is not None and getattr(args, name) < 1:
             raise SystemExit(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")
-    if not 0 <= args.max_foreign_share <= 1:
-        raise SystemExit(f"--max-foreign-share must be in [0, 1], got {args.max_foreign_share}")
-    if args.redo_disturbed < 0:
-        raise SystemExit(f"--redo-disturbed must be >= 0, got {args.redo_disturbed}")
     try:
         arms = measured_arms(args)
         datasets.parse_tasks(args.dataset)
@@ -400,14 +306,14 @@ def main(argv: Optional[list[str]] = None) -> int:
         else:
             args.out.mkdir(parents=True, exist_ok=True)
             args.repeats = args.repeats or 3
-            result = run(args, arms)
+            result = run(args, arms, monitor)
     except (ValueError, RunLogError) as e:
         raise SystemExit(f"error: {e}")
     except PassFailed as e:
         print(f"error: {e}; wrote what is complete to {args.out / 'speed.json'}", file=sys.stderr)
         return 1
-    write(result, args.out)
-    print(report.markdown_table(result["arms"], columns(result["config"]["rounds"])))
+    speed_report.write(result, args.out)
+    print(report.markdown_table(result["arms"], speed_report.columns(result["config"]["rounds"])))
     for w in result["warnings"]:
         print(f"warning: {w}", file=sys.stderr)
     print(f"{result['complete']['passes']} of {result['complete']['planned']} passes complete; "

@@ -6,9 +6,9 @@ Two schedules (``schedule``), both over the same prompts at the same concurrency
   every arm runs each round once, one pass per arm, the arm order rotated by one per round (round
   k starts with arm k), so no arm always runs first or last. An arm's passes are paired with
   strict's pass over the same prompts of the same round, minutes apart: the machine's drift over a
-  repeat (6 to 14% within one launch on a shared 2-core host, 2026-12-02) falls between rounds, not
-  inside a pair, and strict runs once per round instead of twice per candidate (a repeat of plain,
-  strict and four budget arms is 6 prompt sweeps, where trios need 11).
+  repeat (docs/BENCHMARKS.md#host-effects-behind-the-method) falls between rounds, not inside a
+  pair, and strict runs once per round instead of twice per candidate (a repeat of plain, strict
+  and four budget arms is 6 prompt sweeps, where trios need 11).
   Repeat ratio = ``sum(wall strict) / sum(wall A)`` over the repeat's rounds (fixed work: both arms
   produce the same tokens), counted once every round of the repeat is paired;
 - **trios**: one repeat runs the arms in the order ``strict, A1, strict, A2, ..., strict`` over all
@@ -33,24 +33,30 @@ From the paired units either way:
 ``complete`` says how many passes of the planned run are logged.
 
 A pair is measured on one machine. A run resumed in another session may run on another machine
-(``quiet.machine``: every boot is a new one), whose speed can differ by far more than any arm's
+(``host.machine``: every boot is a new one), whose speed can differ by far more than any arm's
 effect, so a pass is logged with its machine, a trio or a round pairs only passes of one machine,
 and a resumed run re-measures on the machine at hand whatever an unfinished trio or round still
 lacks, the passes already logged elsewhere included (``passes_to_run``). A position may then hold
 passes of two machines; the one that completes the trio or round counts. Passes logged before
 machines were recorded share the machine ``None``.
+
+A pass a monitor judged ``disturbed`` (``monitor.py``) counts in no ratio; the warnings say why from
+what it logged: other work's share of the machine's CPU (``foreign_share``) or the machine standing
+still (``stall_s`` above the ``max_stall_s`` logged with it).
 """
 
 from __future__ import annotations
 
 from typing import Optional
 
-from sglang_asd.bench import quiet, stats
+from sglang_asd.bench import stats
 from sglang_asd.bench.arms import PLAIN, STRICT, Arm, describe
 
 DRIFT_WARN = 0.05
 ROUNDS, TRIOS = "rounds", "trios"
 SCHEDULES = (ROUNDS, TRIOS)
+# The stall limit of passes logged before a pass carried its own (``max_stall_s``).
+LOGGED_MAX_STALL_S = 30.0
 
 
 def schedule(arms: list[Arm], rounds: Optional[int] = None) -> list[str]:
@@ -311,10 +317,10 @@ def warnings_for(passes: list[dict], rows: list[dict]) -> list[str]:
         out.append("some passes did not produce exactly num_prompts x max_new_tokens tokens: "
                    "the server may not honour ignore_eos, or requests failed")
     disturbed = [p for p in passes if p.get("disturbed")]
-    stalled = [p for p in disturbed if (p.get("stall_s") or 0.0) > quiet.MAX_STALL_S]
+    stalled = [p for p in disturbed if (p.get("stall_s") or 0.0) > p.get("max_stall_s", LOGGED_MAX_STALL_S)]
     loaded = [p for p in disturbed if p not in stalled]
     if loaded:
-        worst = max(p["foreign_share"] for p in loaded)
+        worst = max(p.get("foreign_share") or 0.0 for p in loaded)
         out.append(f"{len(loaded)} pass(es) ran while other work took up to {worst:.0%} of the machine's CPU "
                    f"({', '.join(sorted({p['arm'] for p in loaded}))}); --resume redoes them")
     if stalled:

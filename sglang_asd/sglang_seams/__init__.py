@@ -95,18 +95,10 @@ def check_installed(targets: Iterable[str], bindings: Iterable[tuple[str, str]] 
 
 
 def scheduler_hooks(settings: ASDServerSettings) -> list[tuple[str, Callable]]:
-    from sglang_asd.sglang_seams.scheduler import eagle_sample, req_to_token_pool, scheduler, standalone_draft, verify_warmup
+    """Every scheduler-side hook, one list per hooked SGLang class or function (each from its module)."""
+    from sglang_asd.sglang_seams.scheduler import eagle_sample, req_to_token_pool, scheduler, standalone_draft
 
-    hooks = [
-        (eagle_sample.EAGLE_SAMPLE, eagle_sample.eagle_sample_around),
-        (eagle_sample.VERIFY_TREE_GREEDY, eagle_sample.verify_tree_greedy_around),
-        (req_to_token_pool.TARGETS[0], req_to_token_pool.alloc_around),
-        (req_to_token_pool.TARGETS[1], req_to_token_pool.free_rows_around),
-        (scheduler.CREATE_REQ, scheduler.create_generation_req_around),
-        (scheduler.STREAMER_CLASS, scheduler.output_streamer_class_around),
-        (scheduler.INIT_METRICS, scheduler.init_metrics_collector_around),
-        (verify_warmup.INIT_MODEL_WORKER, verify_warmup.init_model_worker_around),
-    ]
+    hooks = eagle_sample.hooks() + req_to_token_pool.hooks() + scheduler.hooks()
     if settings.standalone_draft_fix:
         hooks += standalone_draft.hooks()
     return hooks
@@ -130,6 +122,8 @@ def install_scheduler_hooks(settings: ASDServerSettings) -> None:
 
     set_runtime(settings)
     eagle_sample.check_signatures(_resolve(eagle_sample.EAGLE_SAMPLE), _resolve(eagle_sample.VERIFY_TREE_GREEDY))
+    if settings.standalone_draft_fix:
+        standalone_draft.check_signatures(_resolve(standalone_draft.PREPARE_FOR_DRAFT))
     hooks = scheduler_hooks(settings)
     preload = eagle_sample.EAGLE_SAMPLE_BINDINGS + eagle_sample.VERIFY_TREE_GREEDY_BINDINGS
     bindings = ([(m, "eagle_sample") for m in eagle_sample.EAGLE_SAMPLE_BINDINGS]

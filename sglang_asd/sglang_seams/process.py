@@ -45,7 +45,7 @@ def run_scheduler_process(asd_settings, *args, **kwargs):
     """Scheduler process entry: bootstrap, install + verify the ASD hooks, then SGLang's own entry."""
     prepare_process()
     from sglang_asd.sglang_seams import HookNotInstalled, install_scheduler_hooks
-    from sglang_asd.sglang_seams.scheduler.eagle_sample import SeamSignatureMismatch
+    from sglang_asd.sglang_seams.scheduler.arguments import SeamSignatureMismatch
 
     try:
         install_scheduler_hooks(asd_settings)

@@ -3,11 +3,16 @@
 Normally not needed: SGLang gathers the vocab-parallel logits so every rank holds the same bits,
 and the verifier is a deterministic function of them and of ledger rows that every rank
 updates identically (the argument is in ``triton_verify``'s docstring). For a backend whose
-logits may differ bitwise across ranks, ``broadcast_decision`` sends the ``src`` rank's whole
+logits or drafts may differ across ranks, ``broadcast_decision`` sends the ``src`` rank's whole
 decision to the others, the way SGLang syncs sampled token ids across TP ranks
 (``Sampler._sync_token_ids_across_tp``). One collective: every field is packed, bit for bit,
 into one int32 buffer (fixed size for fixed shapes, no host sync, capturable in a CUDA graph
 with NCCL).
+
+``rank_consistent`` is what the verify step calls (``sglang_seams/scheduler/eagle_sample.py``
+says which group, if any: SGLang 0.5.23 broadcasts its strict greedy result on ROCm only, where
+per-rank drafts can differ; there ASD broadcasts its whole decision, so the ledgers stay
+identical across ranks too; on CUDA ranks agree without communication).
 """
 
 from __future__ import annotations
@@ -54,3 +59,11 @@ def broadcast_decision(out: ASDVerifyOutput, group: Optional[dist.ProcessGroup] 
         fields[name] = _from_words(packed[offset:offset + n], like)
         offset += n
     return ASDVerifyOutput(**fields)
+
+
+def rank_consistent(out: ASDVerifyOutput, group: Optional[dist.ProcessGroup]) -> ASDVerifyOutput:
+    """-> the decision every rank of ``group`` takes: ``out`` itself with no group (ranks agree by
+    construction), else the group's first rank's (``broadcast_decision``)."""
+    if group is None:
+        return out
+    return broadcast_decision(out, group=group, src=0)

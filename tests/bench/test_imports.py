@@ -4,9 +4,10 @@ import subprocess
 import sys
 
 MODULES = ["sglang_asd.bench.speed", "sglang_asd.bench.audit", "sglang_asd.bench.load_summary",
-           "sglang_asd.bench.scoring", "sglang_asd.bench.build_data", "sglang_asd.bench.arms",
-           "sglang_asd.bench.runlog", "sglang_asd.bench.speed_summary", "sglang_asd.bench.audit_summary",
-           "sglang_asd.bench.audit_report"]
+           "sglang_asd.bench.scoring", "sglang_asd.bench.arms", "sglang_asd.bench.runlog",
+           "sglang_asd.bench.speed_summary", "sglang_asd.bench.speed_report", "sglang_asd.bench.monitor",
+           "sglang_asd.bench.host", "sglang_asd.bench.server", "sglang_asd.bench.audit_summary",
+           "sglang_asd.bench.audit_report", "sglang_asd.testing.server"]
 
 
 def test_bench_imports_without_sglang_or_torch():

@@ -1,4 +1,5 @@
-"""LaunchedServer: start a child, wait until it serves, stop it; report a failed start with its log.
+"""LaunchedServer (sglang_asd/testing/server.py): start a child, wait until it serves, stop it; report a
+failed start with its log; and the benchmark tools launching their servers through it (bench/server.py).
 The child here is the fake server behind a shim interpreter (the real launcher is covered by the
 server-marked tests)."""
 
@@ -10,7 +11,7 @@ from pathlib import Path
 import pytest
 import requests
 
-from sglang_asd.bench.server import LaunchedServer
+from sglang_asd.testing.server import LaunchedServer
 
 FAKE = Path(__file__).with_name("fake_server.py")
 
@@ -82,7 +83,7 @@ def test_other_start_failures_are_not_retried(tmp_path):
 def test_free_port_is_below_the_ephemeral_range_and_free(tmp_path):
     import socket
 
-    from sglang_asd.bench.server import HTTP_PORTS, free_port
+    from sglang_asd.testing.server import HTTP_PORTS, free_port
 
     port = free_port()
     assert port in HTTP_PORTS
@@ -138,7 +139,7 @@ def test_speed_launches_both_servers_and_stops_them(tmp_path, monkeypatch):
 
 
 def test_group_cpu_seconds_reads_proc():
-    from sglang_asd.bench.server import group_cpu_seconds
+    from sglang_asd.testing.server import group_cpu_seconds
 
     mine = group_cpu_seconds(os.getpgid(0))   # this test run's own process group has used CPU
     assert mine is not None and mine > 0

@@ -12,7 +12,7 @@ import os
 import pytest
 import requests
 
-from sglang_asd.bench.server import LaunchedServer
+from sglang_asd.testing.server import LaunchedServer
 from tests.conftest import CONFIGS
 from tests.server_utils import SERVER_DEFAULTS
 

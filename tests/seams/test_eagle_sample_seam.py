@@ -54,8 +54,11 @@ def _sampling_eagle_sample(verify_input, batch, logits_output, grammar_mask=None
 
 @pytest.fixture
 def step(monkeypatch):
+    from sglang_asd.sglang_seams import _resolve
+
     monkeypatch.setattr(runtime, "_RUNTIME", None)
     runtime.set_runtime(ASDServerSettings())
+    seam.check_signatures(_resolve(seam.EAGLE_SAMPLE), _resolve(seam.VERIFY_TREE_GREEDY))  # as install does
     rnd = make_round(seed=0, bs=BS, W=W, K=K, shape="eagle", topk=2, rows="asd", stop=False)
     table = ASDLedgerTable(BS + 1, "cpu")
     ledgers = [RequestLedger(choice=RequestASD(8.0, ASDConfig())) for _ in range(BS)]
@@ -190,6 +193,31 @@ def test_ngram_rows_gate_on_their_tree_depth(step):
         assert seen == [ngram]
 
 
+def test_a_kernel_variant_is_checked_once_per_call_shape(step, monkeypatch, caplog):
+    """Serving's warm-up check (``verify_warmup.py``) costs a set lookup per step: the variant key is
+    computed the first time a call shape is met, and each variant is logged once, INFO if the
+    warm-up listed it, WARNING if not (the lines tests/integration/test_verify_warmup.py reads)."""
+    import logging
+
+    from sglang_asd.sglang_seams.scheduler import verify_warmup
+    from sglang_asd.verify.warmup import key_of_call
+
+    monkeypatch.setattr(seam, "_CHECKED_SHAPES", set())
+    keys = []
+    monkeypatch.setattr(verify_warmup, "key_of_call", lambda *a: keys.append(key_of_call(*a)) or keys[-1])
+    r = step.rnd
+    greedy_key = key_of_call(r.candidates, r.logits, K, None, torch.zeros((BS, W), dtype=torch.int64))
+    sampling_key = key_of_call(r.candidates, r.logits, K)  # no target_predict: a variant of its own
+    runtime.get_runtime().warmed_variants = frozenset({greedy_key})  # the sampling branch's is missing
+    with caplog.at_level(logging.INFO, logger=verify_warmup.__name__):
+        for branch in [_greedy_eagle_sample] * 3 + [_sampling_eagle_sample] * 2:
+            seam.eagle_sample_around(branch, step.verify_input, step.batch, step.logits_output)
+    assert keys == [greedy_key, sampling_key] and greedy_key != sampling_key
+    messages = [rec.getMessage() for rec in caplog.records]
+    assert sum("verify variant seen" in m for m in messages) == 1
+    assert sum("was not warmed up" in m for m in messages) == 1
+
+
 def test_a_renamed_sglang_parameter_stops_the_start():
     """The seam binds SGLang's arguments by name: SGLang 0.5.23's functions pass the start-up
     check, and the same verify function with one parameter renamed (as an upstream refactor
@@ -197,6 +225,7 @@ def test_a_renamed_sglang_parameter_stops_the_start():
     import inspect
 
     from sglang_asd.sglang_seams import _resolve
+    from sglang_asd.sglang_seams.scheduler.arguments import SeamSignatureMismatch
 
     real_sample, real_verify = _resolve(seam.EAGLE_SAMPLE), _resolve(seam.VERIFY_TREE_GREEDY)
     seam.check_signatures(real_sample, real_verify)
@@ -209,5 +238,5 @@ def test_a_renamed_sglang_parameter_stops_the_start():
         raise AssertionError("never called")
 
     renamed.__signature__ = sig.replace(parameters=params)
-    with pytest.raises(seam.SeamSignatureMismatch, match=r"no longer takes \['candidates'\]"):
+    with pytest.raises(SeamSignatureMismatch, match=r"no longer takes \['candidates'\]"):
         seam.check_signatures(real_sample, renamed)

@@ -8,6 +8,7 @@ small batches against SGLang 0.5.23's own rotation rule (``EagleDraftWorker._dra
 
 from types import SimpleNamespace
 
+import pytest
 import torch
 
 from sglang_asd.sglang_seams.scheduler import standalone_draft
@@ -82,3 +83,33 @@ def test_draft_extend_after_verify_feeds_each_node_its_own_token():
     standalone_draft.prepare_for_draft_extend_around(original, ext, _verify_batch(draft_token, 2), predict, W,
                                                      _runner(standalone=False))
     assert seen["ids"] is predict, "EAGLE's draft-extend is left alone"
+
+
+def test_prepare_for_draft_reads_sglangs_arguments_by_name_bound_at_install():
+    """SGLang passes ``prepare_for_draft``'s arguments by position and ``target_translator`` (keyword
+    only) by keyword; the hook reads them by the positions SGLang 0.5.23's signature gives them,
+    taken once at install, and an EAGLE draft's call passes through untouched."""
+    from sglang_asd.sglang_seams import _resolve
+    from sglang_asd.sglang_seams.scheduler.arguments import NamedArguments
+
+    standalone_draft.check_signatures(_resolve(standalone_draft.PREPARE_FOR_DRAFT))
+    a = standalone_draft.PREPARE_FOR_DRAFT_ARGS
+    args = ("draft_input", "pool", "batch", "graphs", _runner(standalone=False), 2, 3)
+    assert a.of(args, {"target_translator": "plan"}) == ("draft_input", "pool", "batch", args[4], 2, "plan")
+    assert a.of(args, {})[-1] is None, "a parameter left out reads as its default"
+    assert a.replaced(args, {"target_translator": "plan"}, "target_translator", None) == (
+        args, {"target_translator": None})
+    seen = []
+    standalone_draft.prepare_for_draft_around(lambda *x, **k: seen.append((x, k)), *args, target_translator="plan")
+    assert seen == [(args, {"target_translator": "plan"})]
+
+    def f(x, y=1):
+        pass
+
+    positional = NamedArguments("tests.f", ("y",))
+    with pytest.raises(RuntimeError, match="before install_scheduler_hooks"):
+        positional.of((0, 5), {})
+    positional.bind(f)
+    assert positional.of((0, 5), {}) == (5,) and positional.of((0,), {"y": 6}) == (6,)
+    assert positional.of((0,), {}) == (1,)
+    assert positional.replaced((0, 5), {}, "y", 7) == ((0, 7), {})

@@ -25,7 +25,7 @@ CASES = {
 
 
 def _launch(kind: str) -> subprocess.CompletedProcess:
-    from sglang_asd.bench.server import free_port
+    from sglang_asd.testing.server import free_port
 
     args = resolve_fixtures([
         "--model-path", "fixture:tiny-llama", "--speculative-algorithm", "EAGLE",

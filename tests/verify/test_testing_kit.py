@@ -29,7 +29,9 @@ def imported_modules(path: pathlib.Path):
 
 
 def test_no_runtime_module_imports_the_testing_kit():
-    runtime = [p for p in PACKAGE.rglob("*.py") if "testing" not in p.relative_to(PACKAGE).parts]
+    # bench/ (tools a user runs before turning ASD on) starts servers through the kit's launcher; what
+    # serves (policy, verify, seams, launcher, CPU stand-in, fixtures) never imports the kit.
+    runtime = [p for p in PACKAGE.rglob("*.py") if not {"testing", "bench"} & set(p.relative_to(PACKAGE).parts)]
     assert len(runtime) > 20
     offenders = {str(p.relative_to(PACKAGE)): m for p in runtime for m in imported_modules(p)
                  if m == "sglang_asd.testing" or m.startswith("sglang_asd.testing.")}

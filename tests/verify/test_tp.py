@@ -2,7 +2,8 @@
 
 1. Identical inputs on both ranks -> identical decisions (the verifier is deterministic).
 2. Rank 1's logits deliberately perturbed -> different decisions, until ``broadcast_decision``
-   makes the source rank's decision everyone's (default group and a subgroup, src 0 and 1).
+   makes the source rank's decision everyone's (default group and a subgroup, src 0 and 1), and
+   ``rank_consistent`` the group's first rank's.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ import torch.multiprocessing as mp
 
 from sglang_asd.testing import make_round
 from sglang_asd.verify import ASDVerifyOutput, asd_verify
-from sglang_asd.verify.tp import broadcast_decision
+from sglang_asd.verify.tp import broadcast_decision, rank_consistent
 
 WORLD = 2
 
@@ -38,8 +39,9 @@ def _worker(rank: int, init_method: str, outdir: str) -> None:
         from_0 = broadcast_decision(own)
         pair = dist.new_group([0, 1])
         from_1 = broadcast_decision(own, group=pair, src=1)
+        followed = rank_consistent(own, pair)
         torch.save({"same": _as_dict(same), "own": _as_dict(own), "from_0": _as_dict(from_0),
-                    "from_1": _as_dict(from_1)}, f"{outdir}/rank{rank}.pt")
+                    "from_1": _as_dict(from_1), "followed": _as_dict(followed)}, f"{outdir}/rank{rank}.pt")
     finally:
         dist.destroy_process_group()
 
@@ -66,6 +68,7 @@ def test_perturbed_logits_disagree_until_broadcast(ranks):
     assert not _equal(r0["own"], r1["own"])  # the perturbation changed rank 1's decision
     assert _equal(r0["from_0"], r0["own"]) and _equal(r1["from_0"], r0["own"])
     assert _equal(r0["from_1"], r1["own"]) and _equal(r1["from_1"], r1["own"])
+    assert _equal(r0["followed"], r0["own"]) and _equal(r1["followed"], r0["own"])  # rank_consistent: the first rank's
 
 
 def test_broadcast_round_trips_every_dtype_bit_for_bit():
@@ -78,6 +81,7 @@ def test_broadcast_round_trips_every_dtype_bit_for_bit():
     dist.init_process_group("gloo", store=store, rank=0, world_size=1)
     try:
         back = broadcast_decision(out)
+        assert rank_consistent(out, None) is out  # no group: ranks agree by construction
     finally:
         dist.destroy_process_group()
     for f in dataclasses.fields(out):

@@ -10,7 +10,7 @@
 # results/steps_done, before a session ends):
 #   nohup nice -n 19 bash docs/measurements/issue12/run_all.sh > OUT/run_all.out 2>&1 &
 # (nice: work beside it, tests or CI, keeps the cores; the audits do not depend on timing, and a speed
-# pass that loses CPU to other work is detected and redone, sglang_asd/bench/quiet.py)
+# pass that loses CPU to other work is detected and redone, scripts/lab/quiet.py)
 # Run it from a frozen worktree so edits in the main tree cannot change a running server:
 #   git worktree add /work/meas <commit>; cd /work/meas; REPO=/work/meas OUT=/work/main/out/meas bash ...
 # A tool's report of a step that is still running:  python -m sglang_asd.bench.speed --report-only --out DIR
@@ -46,7 +46,7 @@ chain_seed "$REPO/docs/measurements/issue12/results"
 # Order: a first paired audit (20 items per task), the demo's speed table, then the audit at 50 and
 # 100 items per task, and only then the Qwen speed tables. Audits do not depend on timing, so they
 # progress while the machine is used for other work; speed passes wait for a quiet machine and redo a
-# disturbed pass (sglang_asd/bench/quiet.py), and on this host (about 3.4 GB/s of memory bandwidth)
+# disturbed pass (scripts/lab/quiet.py), and on this host (about 3.4 GB/s of memory bandwidth)
 # one Qwen speed repeat at concurrency 1 takes hours. Each later step grows the same run logs
 # (--resume), so a stop at any point leaves complete tables of some size.
 G25=asd_gate=0.25
@@ -55,7 +55,7 @@ ARMS="--budgets 0 --arms b2:asd_budget=2,$G25;b8:asd_budget=8,$G25;b32:asd_budge
 # so a pair is minutes apart and one repeat is 6 prompt sweeps; the trios the demo's tables used need 11
 # (at concurrency 1 on this host, 4.5 hours a repeat), and a trio cannot span two sessions' machines.
 qwen_speed() {  # qwen_speed CONCURRENCY REPEATS
-    step "qwen_speed_c$1_r$2" sglang_asd.bench.speed --launch="$QWEN $FIX --asd-gate 0.5" --plain-launch $ARMS \
+    step "qwen_speed_c$1_r$2" scripts/lab/speed.py --launch="$QWEN $FIX --asd-gate 0.5" --plain-launch $ARMS \
         --dataset gsm8k,mtbench --num-prompts 16 --max-new-tokens 128 --concurrency $1 --repeats $2 \
         --schedule rounds $LONG --out "$OUT/qwen_speed_c$1"
 }
@@ -72,7 +72,7 @@ qwen_audit() {  # qwen_audit NAME BUDGETS LIMIT
 # The embedded demo (SmolLM2 pair, as `make serve` runs it): plain vs strict vs budget 8. Its logs (and
 # the n-gram demo's) were begun as trios, so their later repeats stay trios.
 smol_speed() {  # smol_speed CONCURRENCY REPEATS
-    step "smol_speed_c$1_r$2" sglang_asd.bench.speed --launch='' --plain-launch='--model-path fixture:smollm2-135m' \
+    step "smol_speed_c$1_r$2" scripts/lab/speed.py --launch='' --plain-launch='--model-path fixture:smollm2-135m' \
         --budgets 0,8 --dataset gsm8k,mtbench --num-prompts 16 --max-new-tokens 128 --concurrency $1 --repeats $2 \
         --schedule trios $LONG --out "$OUT/smol_speed_c$1"
 }
@@ -85,7 +85,7 @@ smol_speed 1 1
 # The demo model with n-gram drafts (server_configs/cpu_demo_ngram.yaml; each pass from an empty corpus):
 # the one demo configuration where speculation can beat plain decoding on this CPU, so three repeats
 smol_ngram() {  # smol_ngram CONCURRENCY REPEATS
-    step "smol_ngram_c$1_r$2" sglang_asd.bench.speed --launch='--model-path fixture:smollm2-135m --speculative-algorithm NGRAM' \
+    step "smol_ngram_c$1_r$2" scripts/lab/speed.py --launch='--model-path fixture:smollm2-135m --speculative-algorithm NGRAM' \
         --plain-launch='--model-path fixture:smollm2-135m' --budgets 0,8 --dataset gsm8k,mtbench --num-prompts 16 \
         --max-new-tokens 128 --concurrency $1 --repeats $2 --schedule trios $LONG --out "$OUT/smol_ngram_c$1"
 }
@@ -103,9 +103,9 @@ qwen_speed 1 3
 # Issue 9: stock STANDALONE vs the draft-input fix, both pairs, strict and budget 8 (short)
 for pair in smol qwen; do
     if [ $pair = qwen ]; then ARGS=$QWEN; else ARGS=$SMOL; fi
-    step "standalone_${pair}_stock" sglang_asd.bench.speed --launch="$ARGS" --budgets 0,8 --num-prompts 8 \
+    step "standalone_${pair}_stock" scripts/lab/speed.py --launch="$ARGS" --budgets 0,8 --num-prompts 8 \
         --max-new-tokens 64 --concurrency 1 --repeats 2 $LONG --out "$OUT/standalone_fix/${pair}_stock"
-    step "standalone_${pair}_fixed" sglang_asd.bench.speed --launch="$ARGS $FIX" --budgets 0,8 --num-prompts 8 \
+    step "standalone_${pair}_fixed" scripts/lab/speed.py --launch="$ARGS $FIX" --budgets 0,8 --num-prompts 8 \
         --max-new-tokens 64 --concurrency 1 --repeats 2 $LONG --out "$OUT/standalone_fix/${pair}_fixed"
 done
 smol_speed 1 3

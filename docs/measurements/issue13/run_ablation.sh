@@ -82,7 +82,7 @@ audit "audit_l$LIMIT" --rules "$RULES" --limit $LIMIT --noise-floor
 wait_for_issue12
 wait_for_memory $MIN_GB
 for r in $(seq 1 "${SPEED_REPEATS:-2}"); do
-    step "speed_r$r" sglang_asd.bench.speed --launch="$SERVER" --rules "$RULES" --dataset gsm8k $SPEED \
+    step "speed_r$r" scripts/lab/speed.py --launch="$SERVER" --rules "$RULES" --dataset gsm8k $SPEED \
         --concurrency "${SPEED_CONCURRENCY:-1}" --repeats $r --schedule trios $LONG --out "$OUT/speed"  # begun as trios
 done
 

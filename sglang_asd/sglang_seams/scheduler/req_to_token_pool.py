@@ -98,3 +98,7 @@ def free_rows_around(original, self, indices, *args, **kwargs):
         table.release([int(i) for i in indices])
         _report_active(table)
     return original(self, indices, *args, **kwargs)
+
+
+def hooks():
+    return [(TARGETS[0], alloc_around), (TARGETS[1], free_rows_around)]

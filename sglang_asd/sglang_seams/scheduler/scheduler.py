@@ -1,4 +1,4 @@
-"""Seams on ``sglang.srt.managers.scheduler.Scheduler``: the request's ledger and its receipt.
+"""Seams on ``sglang.srt.managers.scheduler.Scheduler`` (every hook on that class is here).
 
 ``Scheduler._create_generation_req`` (AROUND, scheduler process)
 - Why: the ledger lives on the scheduler's request object, created with the request from the
@@ -21,7 +21,15 @@
 - How: call the original; if it created a metrics collector, create ours.
 - Upstream: an extension point in spirit; nothing to upstream.
 
-Removal plan for all three: none needed beyond following SGLang's extension points. Tested on 0.5.23.
+``Scheduler.init_model_worker`` (AROUND, scheduler process)
+- Why: every verify kernel variant is compiled before the scheduler reports ready, and serving is
+  checked to launch only those (``verify_warmup.py`` holds the why and how).
+- How: call the original (model, draft, CUDA graphs), then ``verify_warmup.warm_up``.
+- Upstream: a plain extension of start-up; nothing to upstream. Removal: never, while the kernel
+  is ours.
+
+Removal plan for the other three: none needed beyond following SGLang's extension points.
+Tested on 0.5.23.
 """
 
 from __future__ import annotations
@@ -37,12 +45,15 @@ from sglang_asd.sglang_seams.state.request_ledger import (
     RequestLedger,
 )
 from sglang_asd.sglang_seams.modes import process_unsupported_mode
+from sglang_asd.sglang_seams.scheduler import verify_warmup
 from sglang_asd.sglang_seams.state.runtime import get_runtime
 
 logger = logging.getLogger(__name__)
 
 CREATE_REQ = "sglang.srt.managers.scheduler.Scheduler._create_generation_req"
 STREAMER_CLASS = "sglang.srt.managers.scheduler.Scheduler.get_output_streamer_class"
+INIT_METRICS = "sglang.srt.managers.scheduler.Scheduler.init_metrics_collector"
+INIT_MODEL_WORKER = "sglang.srt.managers.scheduler.Scheduler.init_model_worker"
 RECEIPT_KEY = "asd"
 
 
@@ -124,9 +135,6 @@ def _streamer_subclass(base):
     return ASDOutputStreamer
 
 
-INIT_METRICS = "sglang.srt.managers.scheduler.Scheduler.init_metrics_collector"
-
-
 def init_metrics_collector_around(original, self, *args, **kwargs):
     """Create ``sglang:asd_*`` counters next to SGLang's own, on the rank that exports them."""
     result = original(self, *args, **kwargs)
@@ -137,3 +145,19 @@ def init_metrics_collector_around(original, self, *args, **kwargs):
 
         get_runtime().metrics = ASDMetrics({"model_name": get_serving().served_model_name})
     return result
+
+
+def init_model_worker_around(original, self, *args, **kwargs):
+    """Warm every verify kernel variant up once the model worker exists (``verify_warmup.py``)."""
+    result = original(self, *args, **kwargs)
+    verify_warmup.warm_up(self)
+    return result
+
+
+def hooks():
+    return [
+        (CREATE_REQ, create_generation_req_around),
+        (STREAMER_CLASS, output_streamer_class_around),
+        (INIT_METRICS, init_metrics_collector_around),
+        (INIT_MODEL_WORKER, init_model_worker_around),
+    ]

@@ -7,6 +7,8 @@ Targets (all AROUND, each calls the original):
   ``...eagle_worker_common.prepare_for_draft_extend`` (shared with EAGLE; both pass straight
   through unless ``draft_model_runner.spec_algorithm.is_standalone()``). By-name bindings in
   ``eagle_worker_v2`` and ``multi_layer_eagle_worker_v2`` are rebound by the registry and checked.
+  The parameters of ``prepare_for_draft`` its hook reads are bound by name once at install
+  (``check_signatures``, ``arguments.py``), which stops the start if one was renamed.
 
 Process: scheduler (every TP rank), STANDALONE speculative decoding only.
 
@@ -63,10 +65,10 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
-import functools
-import inspect
 
 import torch
+
+from sglang_asd.sglang_seams.scheduler.arguments import NamedArguments
 
 PREFILL = "sglang.srt.speculative.standalone_worker_v2.StandaloneDraftWorker._draft_extend_for_prefill"
 PREPARE_FOR_DRAFT = "sglang.srt.speculative.eagle_worker_common.prepare_for_draft"
@@ -150,26 +152,28 @@ def prepare_for_draft_extend_around(original, draft_extend_input, batch, predict
 
 # --- 3. draft: root forward, then the chain one position up ------------------------------------
 
-@functools.lru_cache(maxsize=8)
-def _signature(fn) -> inspect.Signature:
-    return inspect.signature(fn)
+# The parameters of SGLang's prepare_for_draft that the hook reads or sets, by name (bound at install).
+PREPARE_FOR_DRAFT_ARGS = NamedArguments(
+    PREPARE_FOR_DRAFT, ("draft_input", "req_to_token_pool", "batch", "draft_model_runner", "topk", "target_translator"))
+
+
+def check_signatures(prepare_for_draft_fn) -> None:
+    """At install: bind the hook to SGLang's parameters; raise if one it reads was renamed."""
+    PREPARE_FOR_DRAFT_ARGS.bind(prepare_for_draft_fn)
 
 
 def prepare_for_draft_around(original, *args, **kwargs):
     """Root forward, then SGLang's draft preparation one position up (module docstring, 3)."""
-    runner = args[4] if len(args) > 4 else kwargs.get("draft_model_runner")
+    draft_input, req_to_token_pool, batch, runner, topk, _ = PREPARE_FOR_DRAFT_ARGS.of(args, kwargs)
     if not _is_standalone(runner):
         return original(*args, **kwargs)
-    bound = _signature(original).bind(*args, **kwargs)
-    bound.apply_defaults()
-    a = bound.arguments
-    batch = a["batch"]
-    _root_forward(a["draft_input"], a["req_to_token_pool"], batch, runner, a["topk"])
+    _root_forward(draft_input, req_to_token_pool, batch, runner, topk)
     if batch.forward_mode.is_idle():
-        return original(*bound.args, **bound.kwargs)
-    a["target_translator"] = None  # a window plan would start at seq_lens + 1; verify plans its own
+        return original(*args, **kwargs)
+    # A window plan would start at seq_lens + 1; verify plans its own.
+    args, kwargs = PREPARE_FOR_DRAFT_ARGS.replaced(args, kwargs, "target_translator", None)
     with _seq_lens_plus_one(batch):
-        return original(*bound.args, **bound.kwargs)
+        return original(*args, **kwargs)
 
 
 @contextlib.contextmanager

@@ -1,7 +1,9 @@
-"""Seam: ``sglang.srt.managers.scheduler.Scheduler.init_model_worker`` (AROUND), the verify warm-up.
+"""The verify warm-up: every verify kernel variant compiled before ready, and serving checked against it.
 
-- Process: scheduler (every TP rank), once, after the model, the draft and the CUDA graphs are
-  set up and before the scheduler reports ready.
+Hooks nothing itself: ``Scheduler.init_model_worker``'s AROUND hook (``scheduler.py``, the module
+that holds every ``Scheduler`` hook) calls ``warm_up`` once per scheduler process (every TP rank),
+after the model, the draft and the CUDA graphs are set up and before the scheduler reports ready.
+
 - Why: Triton compiles and loads a kernel variant at its first launch. A variant first met while
   serving costs a compile mid-request and a module load after ready, which SGLang warns about
   (``srt/utils/triton_load_watch.py``) and treats as fatal with
@@ -9,9 +11,10 @@
 - How: ``sglang_asd.verify.warmup`` lists every variant this server's verify can launch (its
   (W, K) shapes, adaptive candidate steps included, x the logits dtypes x with and without
   SGLang's argmax) and launches each once on this rank's GPU; on CPU nothing compiles and only the
-  list is kept. While serving, ``note_variant`` checks each verify call's variant against that
-  list (from tensor metadata: no sync) and logs, once per variant, one seen (INFO) and one that
-  was not warmed up (WARNING): the check that the enumeration is what serving produces.
+  list is kept. While serving, the verify step (``eagle_sample.py``) calls ``note_variant`` the
+  first time it meets a call shape (a set lookup per step; the variant key is computed only then,
+  from tensor metadata: no sync), which logs, once per variant, one seen (INFO) and one that was
+  not warmed up (WARNING): the check that the enumeration is what serving produces.
 - Logits dtypes: SGLang hands the verify float32 logits from its own buffer, or a slice in the
   model's dtype; both are warmed.
 - Upstream: none needed (a plain extension of start-up). Removal: never, while the kernel is ours.
@@ -30,8 +33,6 @@ from sglang_asd.verify.warmup import key_of_call, verify_shapes, warmup
 
 logger = logging.getLogger(__name__)
 
-INIT_MODEL_WORKER = "sglang.srt.managers.scheduler.Scheduler.init_model_worker"
-
 
 def server_verify_shapes(spec) -> set:
     """The (W, K) pairs this server's verify can see (``verify.warmup.verify_shapes``), from its
@@ -47,19 +48,20 @@ def server_verify_shapes(spec) -> set:
                          adaptive_steps=adaptive_steps)
 
 
-def init_model_worker_around(original, self, *args, **kwargs):
-    result = original(self, *args, **kwargs)
-    if self.spec_algorithm.is_none() or process_unsupported_mode():
-        return result
+def warm_up(scheduler) -> None:
+    """Compile every verify variant of this server on ``scheduler``'s device (a speculative server
+    in a supported mode), and keep their keys for ``note_variant``."""
+    if scheduler.spec_algorithm.is_none() or process_unsupported_mode():
+        return
     from sglang.srt.runtime_context import get_spec
 
-    dtypes = sorted({"float32", str(self.model_config.dtype).removeprefix("torch.")})
-    device = torch.device("cuda", torch.cuda.current_device()) if self.device == "cuda" else torch.device(self.device)
-    keys = warmup(device, server_verify_shapes(get_spec()), V=self.model_config.vocab_size, logits_dtypes=dtypes)
-    runtime = get_runtime()
-    runtime.warmed_variants = frozenset(keys)
+    dtypes = sorted({"float32", str(scheduler.model_config.dtype).removeprefix("torch.")})
+    device = (torch.device("cuda", torch.cuda.current_device()) if scheduler.device == "cuda"
+              else torch.device(scheduler.device))
+    keys = warmup(device, server_verify_shapes(get_spec()), V=scheduler.model_config.vocab_size,
+                  logits_dtypes=dtypes)
+    get_runtime().warmed_variants = frozenset(keys)
     logger.info("sglang_asd: verify warm-up on %s: %d variants %s", device, len(keys), sorted(keys, key=repr))
-    return result
 
 
 def note_variant(candidates, logits, depth, stop_tokens, target_predict) -> None:

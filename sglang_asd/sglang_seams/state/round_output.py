@@ -1,20 +1,24 @@
 """The per-round ASD results, carried from the verify step to the request's host ledger.
 
-Implements SGLang's ``DeviceAuxiliaryOutput`` / ``HostAuxiliaryOutput`` protocol
-(``sglang.srt.managers.auxiliary_output``) with one dataclass: ``copy_to_host`` returns the same
-type holding host tensors, copied by SGLang together with the batch's tokens (no extra sync), and
-``consume`` runs on that host copy after the tokens are committed to each request and before
-responses are streamed. Rows align with ``batch.reqs``; the token of draft position i lands at
-output index ``commit.output_index + i``.
+``ASDRoundOutput.of_round`` builds them on the device from the verify's decision, per draft
+position i = 0..K-1 of each row's accepted path (no sync). The one dataclass implements SGLang's
+``DeviceAuxiliaryOutput`` / ``HostAuxiliaryOutput`` protocol (``sglang.srt.managers.auxiliary_output``):
+``copy_to_host`` returns the same type holding host tensors, copied by SGLang together with the
+batch's tokens (no extra sync), and ``consume`` runs on that host copy after the tokens are
+committed to each request and before responses are streamed. Rows align with ``batch.reqs``;
+the token of draft position i lands at output index ``commit.output_index + i``.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from typing import Callable, Optional, Sequence
+from typing import TYPE_CHECKING, Callable, Optional, Sequence
 
 import numpy as np
 import torch
+
+if TYPE_CHECKING:
+    from sglang_asd.verify import ASDVerifyOutput
 
 
 @dataclasses.dataclass(frozen=True)
@@ -25,6 +29,25 @@ class ASDRoundOutput:
     exception_regret: torch.Tensor  # [bs, K] float32
     draft_token: torch.Tensor  # [bs, K] int64: the accepted token at each draft position
     target_token: torch.Tensor  # [bs, K] int64: the target's argmax there
+
+    @classmethod
+    def of_round(cls, out: "ASDVerifyOutput", active: torch.Tensor, candidates: torch.Tensor,
+                 K: int) -> "ASDRoundOutput":
+        """What the host ledger needs of one round: ``out`` the verify's decision, ``active`` [bs]
+        the rows it decided, ``candidates`` [bs, W] the draft tree's tokens, K the draft depth."""
+        bs, W = candidates.shape
+        # Local node id of each path position 1..K (draft positions 0..K-1); -1 padding -> node 0.
+        path = out.accept_index[:, 1:].to(torch.int64) - torch.arange(bs, device=candidates.device)[:, None] * W
+        accepted = torch.arange(K, device=candidates.device) < out.num_correct_drafts[:, None]  # [bs, K]
+        after_first_exception = out.exception_mask.cumsum(dim=1) > 0
+        return cls(
+            active=active,
+            exception_mask=out.exception_mask,
+            suffix_mask=accepted & ~out.exception_mask & after_first_exception,
+            exception_regret=out.exception_regret,
+            draft_token=candidates.gather(1, path.clamp(min=0)),
+            target_token=out.target_token,
+        )
 
     def copy_to_host(self, copy_tensor: Callable[[torch.Tensor], torch.Tensor]) -> "ASDRoundOutput":
         return ASDRoundOutput(**{f.name: copy_tensor(getattr(self, f.name)) for f in dataclasses.fields(self)})

@@ -1,6 +1,8 @@
-"""Rebuild the evaluation subsets in ``sglang_asd/bench/data/`` from the full public copies.
+"""Rebuild the evaluation subsets shipped in ``sglang_asd/bench/data/`` from the full public copies.
 
-``python -m sglang_asd.bench.build_data --source /work/shared/data [--per-task 200] [--seed 20240601]``
+``python scripts/lab/build_data.py --source DIR [--per-task 200] [--seed 20240601]``, where DIR is a
+folder holding the full public copies (the file names are the loaders' below; ``data/README.md``
+lists each with its sha256).
 
 Selection: for each task, ``random.Random(seed + task_offset).sample`` over the items in their
 source order (all of them when the source has fewer than ``--per-task``), then sorted back into
@@ -16,9 +18,13 @@ import csv
 import gzip
 import json
 import random
+import sys
 from pathlib import Path
 
-DATA_DIR = Path(__file__).with_name("data")
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the package of this checkout
+
+from sglang_asd.bench.datasets import DATA_DIR  # noqa: E402
+
 DEFAULT_SEED = 20240601
 DEFAULT_PER_TASK = 200
 # A fixed offset per task so that changing one task's source does not reshuffle the others.
@@ -110,8 +116,9 @@ def build(source: Path, out_dir: Path, per_task: int, seed: int) -> dict[str, tu
 
 
 def main(argv: list[str] | None = None) -> None:
-    p = argparse.ArgumentParser(prog="python -m sglang_asd.bench.build_data", description=__doc__.splitlines()[0])
-    p.add_argument("--source", type=Path, required=True, help="folder with the full copies (see data/README.md)")
+    p = argparse.ArgumentParser(prog="python scripts/lab/build_data.py", description=__doc__.splitlines()[0])
+    p.add_argument("--source", type=Path, required=True,
+                   help="a folder holding the full public copies (see sglang_asd/bench/data/README.md)")
     p.add_argument("--out", type=Path, default=DATA_DIR)
     p.add_argument("--per-task", type=int, default=DEFAULT_PER_TASK)
     p.add_argument("--seed", type=int, default=DEFAULT_SEED)

@@ -1,13 +1,16 @@
-"""Other load during a speed pass: the foreign share, the wait for a quiet machine, and the speed
-benchmark redoing a disturbed pass (scripted loads against the fake server)."""
+"""Other load during a speed pass (scripts/lab/quiet.py): the foreign share, the wait for a quiet
+machine, and the lab's speed runner (scripts/lab/speed.py) redoing a disturbed pass (scripted loads
+against the fake server)."""
 
 import itertools
 import json
 import time
 
 import pytest
+import quiet
+import speed as lab_speed
 
-from sglang_asd.bench import quiet, speed
+from sglang_asd.bench import speed
 
 
 class Clock:
@@ -121,7 +124,7 @@ def _scripted_load(monkeypatch, shares, stalls=()):
         def stop(self):
             return stalls.pop(0) if stalls else 1.0
 
-    monkeypatch.setattr(speed.quiet, "Heartbeat", ScriptedBeat)
+    monkeypatch.setattr(quiet, "Heartbeat", ScriptedBeat)
 
     class Scripted:
         def __init__(self, own_s):
@@ -137,7 +140,7 @@ def _scripted_load(monkeypatch, shares, stalls=()):
             waits.append((max_share, max_wait_s))
             return 0.0
 
-    monkeypatch.setattr(speed.quiet, "ForeignLoad", Scripted)
+    monkeypatch.setattr(quiet, "ForeignLoad", Scripted)
     return waits
 
 
@@ -148,7 +151,7 @@ ARGS = ["--budgets", "0,8", "--num-prompts", "2", "--max-new-tokens", "4", "--co
 
 def test_a_disturbed_pass_is_redone_once_the_machine_is_quiet(fake_server_url, tmp_path, monkeypatch):
     waits = _scripted_load(monkeypatch, [0.0, 0.30, 0.01, 0.0])   # b8's first try ran beside other work
-    assert speed.main(["--url", fake_server_url, *ARGS, "--quiet-wait", "77", "--out", str(tmp_path)]) == 0
+    assert lab_speed.main(["--url", fake_server_url, *ARGS, "--quiet-wait", "77", "--out", str(tmp_path)]) == 0
     assert waits == [(quiet.DEFAULT_MAX_SHARE, 77.0)]
     log = [json.loads(line) for line in (tmp_path / speed.LOG_NAME).read_text().splitlines()]
     tries = [(r["arm"], r["foreign_share"], r["disturbed"]) for r in log if r.get("kind") == "pass"]
@@ -161,14 +164,14 @@ def test_a_disturbed_pass_is_redone_once_the_machine_is_quiet(fake_server_url, t
 
 def test_a_pass_still_disturbed_is_kept_marked_and_resume_redoes_it(fake_server_url, tmp_path, monkeypatch):
     _scripted_load(monkeypatch, [0.0, 0.2, 0.0])
-    assert speed.main(["--url", fake_server_url, *ARGS, "--redo-disturbed", "0", "--out", str(tmp_path)]) == 0
+    assert lab_speed.main(["--url", fake_server_url, *ARGS, "--redo-disturbed", "0", "--out", str(tmp_path)]) == 0
     result = json.loads((tmp_path / "speed.json").read_text())
     assert [p["disturbed"] for p in result["passes"]] == [False, True, False]
     assert any("1 pass(es) ran while other work took up to 20% of the machine's CPU (b8)" in w
                for w in result["warnings"])
 
     _scripted_load(monkeypatch, [0.0])
-    assert speed.main(["--url", fake_server_url, *ARGS, "--resume", "--out", str(tmp_path)]) == 0
+    assert lab_speed.main(["--url", fake_server_url, *ARGS, "--resume", "--out", str(tmp_path)]) == 0
     result = json.loads((tmp_path / "speed.json").read_text())
     assert [p["disturbed"] for p in result["passes"]] == [False] * 3
     assert not any("other work" in w for w in result["warnings"])
@@ -177,7 +180,7 @@ def test_a_pass_still_disturbed_is_kept_marked_and_resume_redoes_it(fake_server_
 def test_a_pass_across_a_machine_pause_is_redone(fake_server_url, tmp_path, monkeypatch):
     # b8's first try: nothing else ran (share 0), but the machine stood still for 1800 s.
     _scripted_load(monkeypatch, [0.0, 0.0, 0.0, 0.0], stalls=[1.0, 1800.0, 1.0, 1.0])
-    assert speed.main(["--url", fake_server_url, *ARGS, "--out", str(tmp_path)]) == 0
+    assert lab_speed.main(["--url", fake_server_url, *ARGS, "--out", str(tmp_path)]) == 0
     log = [json.loads(line) for line in (tmp_path / speed.LOG_NAME).read_text().splitlines()]
     tries = [(r["arm"], r["stall_s"], r["disturbed"]) for r in log if r.get("kind") == "pass"]
     assert tries == [("strict", 1.0, False), ("b8", 1800.0, True), ("b8", 1.0, False), ("strict", 1.0, False)]
@@ -185,7 +188,7 @@ def test_a_pass_across_a_machine_pause_is_redone(fake_server_url, tmp_path, monk
 
     _scripted_load(monkeypatch, [0.0, 0.0, 0.0], stalls=[1.0, 1800.0, 1.0])
     out = tmp_path / "kept"
-    assert speed.main(["--url", fake_server_url, *ARGS, "--redo-disturbed", "0", "--out", str(out)]) == 0
+    assert lab_speed.main(["--url", fake_server_url, *ARGS, "--redo-disturbed", "0", "--out", str(out)]) == 0
     result = json.loads((out / "speed.json").read_text())
     assert [p["disturbed"] for p in result["passes"]] == [False, True, False]
     assert any("1 pass(es) ran while the machine stood still for up to 1800 s (paused?) (b8)" in w
@@ -196,10 +199,10 @@ def test_a_pass_across_a_machine_pause_is_redone(fake_server_url, tmp_path, monk
 def test_bad_load_arguments_are_refused(tmp_path):
     for flag, value in (("--max-foreign-share", "1.5"), ("--redo-disturbed", "-1")):
         with pytest.raises(SystemExit, match=f"{flag} must be"):
-            speed.main(["--url", "http://127.0.0.1:9", *ARGS, flag, value, "--out", str(tmp_path)])
+            lab_speed.main(["--url", "http://127.0.0.1:9", *ARGS, flag, value, "--out", str(tmp_path)])
 
 
 def test_against_servers_given_by_url_no_share_is_measured(fake_server_url, tmp_path):
-    assert speed.main(["--url", fake_server_url, *ARGS, "--out", str(tmp_path)]) == 0
+    assert lab_speed.main(["--url", fake_server_url, *ARGS, "--out", str(tmp_path)]) == 0
     result = json.loads((tmp_path / "speed.json").read_text())
     assert [p["foreign_share"] for p in result["passes"]] == [None] * 3

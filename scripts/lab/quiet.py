@@ -1,36 +1,44 @@
-"""Other load on the machine during a timed pass.
+"""Other load on the machine during a timed speed pass: the project's pass monitor for a shared host.
 
-A 2-core CPU host is shared: a test run, a compile or a second benchmark beside a speed pass takes
-cores from the servers under test and moves that pass's tok/s by more than the effect being measured
-(a pytest collection of ~20 s took 6% off a 3-minute pass). When ``bench.speed`` launched every
-server itself, it can tell: the machine's busy CPU time (``/proc/stat``) minus what its own client
-and servers used (``/proc/PID/stat`` of their process groups) is CPU that went elsewhere. Its share
-of the machine over a pass (``foreign share`` = foreign CPU-s / (wall s x cores)) is logged with the
-pass; a pass above ``--max-foreign-share`` is marked disturbed and redone once the machine is quiet.
+``python scripts/lab/speed.py`` runs ``sglang_asd.bench.speed`` with ``QuietMonitor`` watching
+every pass (``sglang_asd/bench/monitor.py``). The project measures on a shared 2-core CPU host,
+where a test run, a compile or a second benchmark beside a speed pass takes cores from the servers
+under test and moves that pass's tok/s by more than the effect being measured. When the tool
+launched every server itself, it can tell: the machine's busy CPU time (``/proc/stat``) minus what
+its own client and servers used (``/proc/PID/stat`` of their process groups) is CPU that went
+elsewhere. Its share of the machine over a pass (``foreign share`` = foreign CPU-s / (wall s x
+cores)) is logged with the pass; a pass above ``--max-foreign-share`` is marked disturbed and
+redone once the machine is quiet.
 
 A machine can also stop: a virtual machine the host pauses keeps its clock running, so a pass
 across the pause counts it as decode time, and the foreign share cannot see it (nothing is busy while
 the guest is stopped; the share even drops). ``Heartbeat`` measures that from inside: a thread that
-wakes every second, whose longest gap between wake-ups is logged with the pass (``stall_s``); a gap
-above ``MAX_STALL_S`` marks the pass disturbed too.
+wakes every second, whose longest gap between wake-ups is logged with the pass (``stall_s``, with
+the limit ``max_stall_s`` it was judged by); a gap above ``MAX_STALL_S`` marks the pass disturbed too.
 
 Against servers given by URL nothing can be attributed (the servers' CPU would count as foreign),
-so no check is made there. Kernel threads and daemons (e.g. ``kdamond``) show up as a small foreign
-floor, a few tenths of a per cent to a few per cent.
+so no share is measured there. Kernel threads and daemons (e.g. ``kdamond``) show up as a small
+foreign floor, a few tenths of a per cent to a few per cent
+(docs/BENCHMARKS.md#host-effects-behind-the-method: the figures behind these checks).
 """
 
 from __future__ import annotations
 
 import os
-import platform
 import sys
 import threading
 import time
 from typing import Callable, Optional
 
+from sglang_asd.bench.monitor import Verdict
+from sglang_asd.bench.server import Targets
+
+# Tuned to the project's host (docs/BENCHMARKS.md#host-effects-behind-the-method): kernel threads
+# alone take about 1% of its CPU, and a 1 s heartbeat woke at most 3.6 ms late under a Qwen pass at
+# nice 19, so a gap of 30 s is no scheduling delay.
 DEFAULT_MAX_SHARE = 0.05
-# A 1 s heartbeat woke at most 3.6 ms late at nice 19 during a Qwen speed pass on this 2-core host
-# (60 wake-ups, load average 1.8): a gap of 30 s is no scheduling delay.
+DEFAULT_REDOS = 2
+DEFAULT_QUIET_WAIT_S = 1800.0
 MAX_STALL_S = 30.0
 MIN_WALL_S = 5.0  # shorter intervals are not judged: /proc counts in 10 ms ticks
 
@@ -49,29 +57,19 @@ def machine_busy_s(path: str = "/proc/stat") -> Optional[float]:
     return (user + nice + system + irq + softirq + steal) / os.sysconf("SC_CLK_TCK")
 
 
-def machine() -> dict:
-    """The machine a pass ran on. ``id`` (host name and boot id) changes with every boot, so a run
-    resumed in a later session on a freshly started machine, even of the same type, gets a new one:
-    one CPU host here streamed weights 1.7x faster than another of the same model name (the demo's
-    plain arm, 8.4 against 4.9 tok/s), so a ratio must never pair passes of two machines."""
-    try:
-        with open("/proc/sys/kernel/random/boot_id") as f:
-            boot = f.read().strip()[:8]
-    except OSError:
-        boot = "?"
-    cpu = platform.processor() or platform.machine()
-    try:
-        with open("/proc/cpuinfo") as f:
-            cpu = next((line.split(":", 1)[1].strip() for line in f if line.startswith("model name")), cpu)
-    except OSError:
-        pass
-    return {"id": f"{platform.node()}/{boot}", "cpu": cpu, "cpus": os.cpu_count()}
-
-
 def own_process_s() -> float:
     """CPU seconds of this process (all its threads: the benchmark client)."""
     t = os.times()
     return t.user + t.system
+
+
+def own_cpu_s(targets: Targets) -> Optional[float]:
+    """CPU seconds of the benchmark's client and every server it launched; None when a server was
+    given by URL (its CPU cannot be told from other work on the machine)."""
+    if any(url and role not in targets.launched for role, url in targets.urls.items()):
+        return None
+    servers = [targets.cpu_seconds(role) for role in targets.launched]
+    return None if None in servers else own_process_s() + sum(servers)
 
 
 class ForeignLoad:
@@ -101,7 +99,7 @@ class ForeignLoad:
         foreign = (busy - busy0) - (own - own0)
         return max(0.0, foreign) / (wall * self.cores)
 
-    def wait_quiet(self, max_share: float, window_s: float = 10.0, max_wait_s: float = 1800.0,
+    def wait_quiet(self, max_share: float, window_s: float = 10.0, max_wait_s: float = DEFAULT_QUIET_WAIT_S,
                    sleep: Callable[[float], None] = time.sleep) -> Optional[float]:
         """Block until one ``window_s`` window has a foreign share at most ``max_share`` (or
         ``max_wait_s`` has passed); returns that window's share (None when it cannot be measured)."""
@@ -151,3 +149,32 @@ class Heartbeat:
         self._thread = None
         self._beat()  # a stop in the last tick shows only here
         return self._max_gap
+
+
+class QuietMonitor:
+    """The pass monitor (``sglang_asd/bench/monitor.py``): a pass is disturbed when other work took
+    more than ``max_share`` of the machine's CPU during it, or the machine stood still for more than
+    ``MAX_STALL_S``; it is redone up to ``redos`` times, each after waiting (at most
+    ``quiet_wait_s``) for a quiet 10 s window. Logs ``foreign_share``, ``stall_s`` and ``max_stall_s``."""
+
+    def __init__(self, targets: Targets, max_share: float = DEFAULT_MAX_SHARE, redos: int = DEFAULT_REDOS,
+                 quiet_wait_s: float = DEFAULT_QUIET_WAIT_S):
+        self.max_share, self.redos, self.quiet_wait_s = max_share, redos, quiet_wait_s
+        self.load, self.beat = ForeignLoad(lambda: own_cpu_s(targets)), Heartbeat()
+
+    def before_redo(self) -> None:
+        self.load.wait_quiet(self.max_share, max_wait_s=self.quiet_wait_s)
+
+    def before_pass(self) -> None:
+        self.load.start()
+        self.beat.start()
+
+    def after_pass(self) -> Verdict:
+        stall, share = self.beat.stop(), self.load.share()
+        fields = {"foreign_share": share, "stall_s": stall, "max_stall_s": MAX_STALL_S}
+        if stall > MAX_STALL_S:
+            return Verdict(True, f"the machine stood still for {stall:.0f} s during the pass", fields)
+        if share is not None and share > self.max_share:
+            return Verdict(True, f"{share:.0%} of the machine's CPU went to other work during the pass "
+                                 f"(> {self.max_share:.0%})", fields)
+        return Verdict(False, "", fields)
