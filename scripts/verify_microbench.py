@@ -36,7 +36,7 @@ from sglang_asd.testing import make_round, strict_verify
 from sglang_asd.verify import asd_verify
 
 GRIDS = {
-    # (bs, W) pairs x V x shape; "reduced" fits a shared 2-core machine in about a minute.
+    # (bs, W) pairs x V x shape; "reduced": a small grid for CPU hosts; "full": every (bs, W) pair.
     "reduced": dict(bs_w=[(1, 4), (1, 6), (8, 6), (64, 6), (64, 16)], V=[32000, 152064]),
     "full": dict(bs_w=list(itertools.product([1, 8, 32, 64], [4, 6, 8, 16])), V=[32000, 152064]),
 }

@@ -99,9 +99,8 @@ def pytest_collection_modifyitems(config, items):
     """Run server tests that share servers next to each other, across modules, and start each block's
     servers together.
 
-    Server starts dominate the suite (on a 2-core AVX2 host a pair started side by side is ready in
-    21-30 s, most of it importing SGLang in the launchers; their children fork: sglang_seams/
-    start_method.py) and the pool keeps only ``MAX_ALIVE`` servers.
+    Server starts dominate the suite (most of a start is importing SGLang in the launchers; their
+    children fork: cpu_backend/seams/start_method.py; figures in docs/BENCHMARKS.md) and the pool keeps only ``MAX_ALIVE`` servers.
     Two kinds of block:
     - tests parametrized over ``algorithm`` (test_asd_rules, test_asd_serving, test_identity,
       test_verify_warmup) and tests marked ``server_group(ALGORITHM)``, ordered by ``ALGORITHM_ORDER``:

@@ -1,8 +1,8 @@
 """Other load on the machine during a timed speed pass: the project's pass monitor for a shared host.
 
 ``python scripts/lab/speed.py`` runs ``sglang_asd.bench.speed`` with ``QuietMonitor`` watching
-every pass (``sglang_asd/bench/monitor.py``). The project measures on a shared 2-core CPU host,
-where a test run, a compile or a second benchmark beside a speed pass takes cores from the servers
+every pass (``sglang_asd/bench/monitor.py``). On a shared CPU host
+a test run, a compile or a second benchmark beside a speed pass takes cores from the servers
 under test and moves that pass's tok/s by more than the effect being measured. When the tool
 launched every server itself, it can tell: the machine's busy CPU time (``/proc/stat``) minus what
 its own client and servers used (``/proc/PID/stat`` of their process groups) is CPU that went

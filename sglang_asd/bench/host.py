@@ -1,6 +1,6 @@
 """The machine a speed pass ran on: ``machine()``.
 
-A run log holds passes of every session that resumed it, and a session may get another machine
+A run log holds the passes of every resume, and a resume may run on another machine
 (a fresh boot, even of the same type, can be much faster or slower:
 docs/BENCHMARKS.md#host-effects-behind-the-method), so every pass is logged with the machine's id
 and a ratio pairs only passes of one machine (``speed_summary``).
@@ -14,8 +14,7 @@ import platform
 
 def machine() -> dict:
     """``{"id", "cpu", "cpus"}`` of this machine. ``id`` (host name and boot id) changes with every
-    boot, so a run resumed in a later session on a freshly started machine, even of the same type,
-    gets a new one."""
+    boot, so a run resumed on a freshly started machine, even of the same type, gets a new one."""
     try:
         with open("/proc/sys/kernel/random/boot_id") as f:
             boot = f.read().strip()[:8]

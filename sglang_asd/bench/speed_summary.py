@@ -32,7 +32,7 @@ From the paired units either way:
 
 ``complete`` says how many passes of the planned run are logged.
 
-A pair is measured on one machine. A run resumed in another session may run on another machine
+A pair is measured on one machine. A resumed run may run on another machine
 (``host.machine``: every boot is a new one), whose speed can differ by far more than any arm's
 effect, so a pass is logged with its machine, a trio or a round pairs only passes of one machine,
 and a resumed run re-measures on the machine at hand whatever an unfinished trio or round still

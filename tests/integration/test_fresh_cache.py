@@ -3,7 +3,7 @@
 The launcher must not build them itself: a build runs tensor ops, which start torch's OpenMP pool,
 and on CPU the launcher forks its scheduler (``cpu_backend/seams/start_method.py``), whose first parallel
 op then hangs. Before ``launch_server.resolve_fixtures`` built them in a child process, this start
-stopped at "Load weight begin" until the timeout (EAGLE with a freshly trained head, 2026-12-02).
+stopped at "Load weight begin" until the timeout (EAGLE with a freshly trained head).
 The pool's servers cannot show it: the fixture tests build every fixture before the server phase.
 """
 
@@ -22,7 +22,7 @@ pytestmark = pytest.mark.server
 def test_a_server_builds_its_fixtures_in_a_child_and_serves(tmp_path):
     env = dict(os.environ, SGLANG_ASD_CACHE=str(tmp_path / "cache"), PYTHONUNBUFFERED="1")
     log = tmp_path / "server.log"
-    # 240 s: it serves in about 30 s on a 2-core host (fixture builds included); the hang never does
+    # 240 s: a few times a normal start with its fixture builds; the hang never serves
     with LaunchedServer([*SERVER_DEFAULTS, *CONFIGS["eagle"]], log, timeout=240, env=env) as url:
         body = {"text": "Once upon a time", "sampling_params": {"temperature": 0, "max_new_tokens": 8}}
         r = requests.post(url + "/generate", json=body, timeout=120)
