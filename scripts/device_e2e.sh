@@ -36,7 +36,8 @@ export PATH="$(dirname "$(command -v "$PY")"):$PATH"   # the image's ninja, for 
 
 # 2. The kit's environment (docs/GPU.md, "Kernel supply"). Inherited by every server process.
 unset SGLANG_USE_CPU_ENGINE                                # SGLang's CPU engine: never on the GPU run
-export SGLANG_ASD_KERNEL_STANDIN=cuda-e2e                 # test-only sgl_kernel stand-in (no wheel here)
+export SGLANG_ASD_KERNEL_STANDIN=cuda-e2e                 # test-only sgl_kernel stand-in (no wheel here):
+                                                          # scripts/device/cuda_standin, on every server's PYTHONPATH
 export SGLANG_ASD_STANDIN_LOG=/tmp/asd-e2e-logs/standin_missing.txt
 export SGLANG_FORCE_FUSED_OP_BACKEND=torch                # SGLang's own native forwards for fused ops
 export SGLANG_SKIP_SGL_KERNEL_VERSION_CHECK=1             # no sglang-kernel distribution to check

@@ -78,7 +78,7 @@ import triton  # noqa: E402
 
 from sglang_asd.testing import make_round, strict_verify  # noqa: E402
 from sglang_asd.verify import triton_verify as tv  # noqa: E402
-from sglang_asd.verify.torch_verify import asd_verify as torch_asd_verify  # noqa: E402
+from sglang_asd.verify.torch_verify import asd_verify_torch  # noqa: E402
 
 DEVICE = "cuda" if CUDA else "cpu"
 T0 = time.perf_counter()
@@ -117,7 +117,7 @@ def parity_corner_cases(report):
             rnd.remaining.zero_()  # budget 0 everywhere: strict
         for tp in (False, True):
             args, kwargs = rnd.args(target_predict=tp)
-            ref = torch_asd_verify(*args, **kwargs)
+            ref = asd_verify_torch(*args, **kwargs)
             for split in ((None,) if tp else (None, 3, 8)):
                 out = tv.asd_verify_triton(*args, **kwargs, split=split, block_v=256 if not ARGS.dry_run else 16)
                 bad = mismatches(ref, out)
@@ -132,7 +132,7 @@ def parity_corner_cases(report):
 def parity_at_size(report, rnd, case):
     for tp in (False, True):
         args, kwargs = rnd.args(target_predict=tp)
-        bad = mismatches(torch_asd_verify(*args, **kwargs), tv.asd_verify_triton(*args, **kwargs))
+        bad = mismatches(asd_verify_torch(*args, **kwargs), tv.asd_verify_triton(*args, **kwargs))
         report["parity"].append(dict(kind="size", **case, target_predict=tp, ok=not bad, mismatched=bad))
         if bad:
             log(f"PARITY FAIL {case} tp={tp}: {bad}")
@@ -177,7 +177,7 @@ def safety(report):
     before = [t.clone() for t in static_in]
     graph.replay()
     sync()
-    res["graph_replay_matches_reference"] = not mismatches(torch_asd_verify(*args2, **kwargs2), captured)
+    res["graph_replay_matches_reference"] = not mismatches(asd_verify_torch(*args2, **kwargs2), captured)
     res["inputs_untouched"] = all(torch.equal(a, b) for a, b in zip(before, static_in))  # no NaN in these rounds
     out_ptrs = {getattr(captured, f.name).data_ptr() for f in dataclasses.fields(captured)}
     res["outputs_alias_no_input"] = not (out_ptrs & {t.data_ptr() for t in static_in})
@@ -287,7 +287,7 @@ def timing_case(report, name, tree, W, K, bs, V):
         "strict": lambda: strict_verify(*links),
         "asd_triton": lambda: tv.asd_verify_triton(*args, **kwargs),
         "asd_select": lambda: tv.asd_verify_triton(*args, stop_tokens=rnd.stop_tokens, target_predict=tp),
-        "asd_torch": lambda: torch_asd_verify(*args, **kwargs),
+        "asd_torch": lambda: asd_verify_torch(*args, **kwargs),
     }
     asd_out = tv.asd_verify_triton(*args, **kwargs)
     strict_out = strict_verify(*links)

@@ -54,7 +54,7 @@ def make_inputs(bs: int, W: int, V: int, shape: str, device: str, seed: int = 0)
     rnd = make_round(seed=seed, bs=bs, W=W, K=K, V=V, shape="chain" if shape == "chain" else "eagle", topk=topk,
                      logits="normal", rows="asd", device=device)
     args, kwargs = rnd.args()
-    names = ("candidates", "logits", "retrive_next_token", "retrive_next_sibling", "remaining", "gate", "cap", "depth")
+    names = ("candidates", "logits", "retrieve_next_token", "retrieve_next_sibling", "remaining", "gate", "cap", "depth")
     return dict(zip(names, args), **kwargs)
 
 
@@ -63,7 +63,7 @@ def run_asd(x):
 
 
 def run_strict(x):
-    return strict_verify(x["candidates"], x["logits"], x["retrive_next_token"], x["retrive_next_sibling"], x["depth"],
+    return strict_verify(x["candidates"], x["logits"], x["retrieve_next_token"], x["retrieve_next_sibling"], x["depth"],
                          target_predict=x.get("target_predict"))
 
 
@@ -90,7 +90,7 @@ def time_arms(x, repeats: int, device: str, rules: bool = False):
     arms = {"asd": run_asd, "strict": run_strict,
             "asd_post": lambda _: run_asd(given), "strict_post": lambda _: run_strict(given)}
     if rules:
-        from sglang_asd.verify.torch_verify import asd_verify as torch_verify
+        from sglang_asd.verify.torch_verify import asd_verify_torch as torch_verify
 
         for name, names in RULE_ARMS.items():
             arms[name] = lambda _, y=rule_inputs(given, names): torch_verify(**y)

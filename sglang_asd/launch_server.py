@@ -170,11 +170,9 @@ def build_argv(argv: list[str]) -> tuple[server_settings.ASDServerSettings, list
     from sglang_asd import cpu_backend
 
     if cpu_backend.is_installed():
-        from sglang_asd.cpu_backend.seams.cpu_paths import gemm_mode
-        from sglang_asd.cpu_backend.seams.start_method import start_method
+        from sglang_asd.cpu_backend import env
 
-        gemm_mode()  # a bad SGLANG_ASD_CPU_GEMM is a one-line error here, not a scheduler traceback
-        start_method()  # same for SGLANG_ASD_CPU_START_METHOD
+        env.check_cpu_switches()  # a bad CPU switch is one line here, not a scheduler traceback
         rest = cpu_defaults(rest)
     return settings, resolve_fixtures(rest)
 

@@ -30,12 +30,10 @@ def main(argv: list[str] | None = None) -> None:
         print(f"sglang_asd.stock_server: error: {e.message}", file=sys.stderr)
         raise
     if cpu_backend.is_installed():
-        from sglang_asd.cpu_backend.seams.cpu_paths import gemm_mode
-        from sglang_asd.cpu_backend.seams.start_method import start_method
+        from sglang_asd.cpu_backend import env
 
         try:  # refuse a bad SGLANG_ASD_CPU_GEMM or start method before any process starts
-            gemm_mode()
-            start_method()
+            env.check_cpu_switches()
         except ValueError as e:
             print(f"sglang_asd.stock_server: error: {e}", file=sys.stderr)
             raise SystemExit(2)

@@ -119,11 +119,12 @@ def check(fake: bool, resolve: bool = False) -> dict:
     os.environ["SGLANG_ASD_KERNEL_STANDIN"] = "cuda-e2e"
     if fake:
         fake_cuda()
+    import cuda_standin
+
     from sglang_asd import cpu_backend
-    from sglang_asd.cpu_backend import cuda_e2e
 
     cpu_active = cpu_backend.install()
-    report = {"fake_cuda": fake, "cpu_standin_active": cpu_active, "cuda_standin_active": cuda_e2e.is_installed(),
+    report = {"fake_cuda": fake, "cpu_standin_active": cpu_active, "cuda_standin_active": cuda_standin.is_installed(),
               "import_errors": {}, "bindings": {}, "unprovided_imported": []}
     t0 = time.time()
     for name in MODULES:

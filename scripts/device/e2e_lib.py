@@ -2,7 +2,7 @@
 budget, servers started in parallel, a small /generate client and the log bundle.
 
 Servers are ``sglang_asd.launch_server`` (ASD) or ``sglang_asd.stock_server`` (stock SGLang, no
-hooks) started through ``sglang_asd.bench.server.LaunchedServer``; every server log lands in one
+hooks) started through ``sglang_asd.testing.server.LaunchedServer``; every server log lands in one
 folder that is packed into ``$OUT/server_logs.tar.gz`` after each step (the run tool returns at most
 8 files from ``$OUT``).
 """
@@ -23,7 +23,7 @@ from typing import Callable, Optional
 
 import requests
 
-from sglang_asd.bench.server import LaunchedServer
+from sglang_asd.testing.server import LaunchedServer
 
 # What every tiny-model server on the GPU runs with. SGLang's defaults stay on (overlap scheduler,
 # CUDA graphs, radix cache); the kernel supply is the kit's (docs/GPU.md): Triton attention, the
@@ -47,6 +47,14 @@ NGRAM = ["--model-path", "fixture:tiny-llama", "--speculative-algorithm", "NGRAM
 DETERMINISTIC = ["--enable-deterministic-inference"]
 TINY_FIXTURES = ["tiny-llama", "tiny-eagle-noisy", "tiny-eagle3-noisy"]
 VOCAB = 2048  # tiny tokenizer; ids below 5 are special
+KIT_DIR = pathlib.Path(__file__).resolve().parent  # scripts/device, home of the CUDA stand-in ``cuda_standin``
+
+
+def with_kit_on_path(env: dict) -> dict:
+    """``env`` with the kit's folder on ``PYTHONPATH``: with ``SGLANG_ASD_KERNEL_STANDIN=cuda-e2e``
+    every SGLang process imports the kit's CUDA stand-in (``cuda_standin``) by name."""
+    parts = [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
+    return dict(env, PYTHONPATH=os.pathsep.join(parts if str(KIT_DIR) in parts else parts + [str(KIT_DIR)]))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -140,7 +148,7 @@ class ServerPool:
     def start(self, spec: ServerSpec) -> None:
         if spec.name in self._servers:
             return
-        env = dict(self.base_env, PYTHONUNBUFFERED="1", **dict(spec.env))
+        env = dict(with_kit_on_path(self.base_env), PYTHONUNBUFFERED="1", **dict(spec.env))
         srv = LaunchedServer(spec.argv(), self.log_dir / f"{spec.name}.log", timeout=self.timeout,
                              module=spec.module, env=env)
         t0 = time.monotonic()

@@ -184,7 +184,7 @@ def with_launch_facts(info: dict, launched: bool) -> dict:
     inherited: on CPU, the linear-layer mode (``cpu_gemm``, ``SGLANG_ASD_CPU_GEMM``,
     cpu_backend/seams/cpu_paths.py), part of a measurement's identity."""
     if launched and info.get("device") == "cpu":
-        from sglang_asd.cpu_backend.seams.cpu_paths import gemm_mode
+        from sglang_asd.cpu_backend.env import gemm_mode
 
         info = {**info, "cpu_gemm": gemm_mode()}
     return info

@@ -26,11 +26,13 @@ When it is active
     Only after ``install()`` returned True in the current process. ``install()``
     does nothing when a real ``sgl_kernel`` is importable (it never shadows
     one) or when CUDA/XPU is available, so it is never active on a GPU
-    install. (Test-only exception, separate code: the GPU e2e kit's explicit
-    opt-in ``SGLANG_ASD_KERNEL_STANDIN=cuda-e2e`` installs ``cuda_e2e.py``'s
-    stand-in for SGLang's CUDA path instead; docs/GPU.md.) Spawned SGLang
-    processes start clean: ``install()`` must run in each one before SGLang's
-    modules are imported.
+    install. (Test-only exception, the kit's code, not the package's: with the
+    GPU e2e kit's explicit opt-in ``SGLANG_ASD_KERNEL_STANDIN=cuda-e2e``,
+    ``install()`` imports the kit's ``cuda_standin`` module from ``sys.path``
+    (``scripts/device/cuda_standin/``) and installs its stand-in for SGLang's
+    CUDA path instead; docs/GPU.md.) Spawned SGLang processes start clean:
+    ``install()`` must run in each one before SGLang's modules are imported.
+    Its environment switches are read in ``env.py``.
 
 Deliberately absent
     ``convert_weight_packed`` (SGLang reads its presence as "AMX kernels
@@ -46,6 +48,7 @@ Importable without SGLang; needs only torch.
 
 from __future__ import annotations
 
+import importlib
 import importlib.util
 import sys
 import threading
@@ -92,7 +95,7 @@ def install() -> bool:
     with _LOCK:
         if is_installed():
             return True
-        if _cuda_e2e_install():
+        if _cuda_standin_install():
             return False
         if _real_sgl_kernel_present() or _accelerator_available():
             return False
@@ -103,20 +106,30 @@ def install() -> bool:
         return True
 
 
-def _cuda_e2e_install() -> bool:
-    """TEST-ONLY opt-in of the GPU e2e kit (``SGLANG_ASD_KERNEL_STANDIN=cuda-e2e``): see ``cuda_e2e.py``.
+def _cuda_standin_install() -> bool:
+    """TEST-ONLY opt-in of the GPU e2e kit (``SGLANG_ASD_KERNEL_STANDIN=cuda-e2e``).
 
-    Installs that stand-in (an ``sgl_kernel`` for SGLang's CUDA path) and returns True; the CPU
-    stand-in then stays off and ``install()`` returns False, so the rest of sglang_asd behaves as on
-    a real GPU install. Refuses, loudly, without CUDA or beside a real ``sgl_kernel``.
+    Imports the kit's module (``env.CUDA_STANDIN_MODULE``, in ``scripts/device``, which the kit puts
+    on ``PYTHONPATH``), installs its stand-in (an ``sgl_kernel`` for SGLang's CUDA path) and returns
+    True; the CPU stand-in then stays off and ``install()`` returns False, so the rest of sglang_asd
+    behaves as on a real GPU install. Refuses, loudly, without CUDA, without the kit's module on
+    ``sys.path`` or beside a real ``sgl_kernel``.
     """
-    from . import cuda_e2e
+    from . import env
 
-    if not cuda_e2e.requested():
+    if env.kernel_standin() is None:
         return False
+    opt_in = f"{env.KERNEL_STANDIN_ENV}={env.CUDA_E2E}"
     if not torch.cuda.is_available():
-        raise RuntimeError(f"{cuda_e2e.ENV}={cuda_e2e.VALUE} needs a CUDA device (it is the GPU e2e kit's stand-in)")
-    if not cuda_e2e.is_installed() and _real_sgl_kernel_present():
-        raise RuntimeError(f"{cuda_e2e.ENV}={cuda_e2e.VALUE} refused: a real sgl_kernel is installed; unset it")
-    cuda_e2e.install()
+        raise RuntimeError(f"{opt_in} needs a CUDA device (it is the GPU e2e kit's stand-in)")
+    try:
+        standin = importlib.import_module(env.CUDA_STANDIN_MODULE)
+    except ModuleNotFoundError as e:
+        if e.name != env.CUDA_STANDIN_MODULE:
+            raise
+        raise RuntimeError(f"{opt_in}: the GPU e2e kit's module {env.CUDA_STANDIN_MODULE!r} is not importable; "
+                           "put the kit's scripts/device on PYTHONPATH (scripts/device_e2e.sh does)") from None
+    if not standin.is_installed() and _real_sgl_kernel_present():
+        raise RuntimeError(f"{opt_in} refused: a real sgl_kernel is installed; unset it")
+    standin.install()
     return True

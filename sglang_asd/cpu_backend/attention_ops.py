@@ -25,9 +25,7 @@ q and k absolute positions in the row:
 Scores and the softmax run in float32; the output is cast to ``o``'s dtype.
 A row with no visible key (and no sink) gets zeros.
 
-Layout: keys and values are gathered head-major (``[B, Hkv, N, D]`` float32, one copy from the
-pool) and the G query heads of a KV head go as G * M rows of one matmul, so no K/V tensor is
-copied per query head. Extend calls whose rows have a few new tokens each (speculative verify,
+The masked softmax and the gathers from the paged pools are ``attention_core.py``'s. Extend calls whose rows have a few new tokens each (speculative verify,
 draft extend) run all rows as one padded batch; ragged prefills, long chunks and cross-attention
 go row by row (``_batch_fits``). Both paths compute the same masked softmax; they can differ in
 the last float32 bits (other matmul shapes, so another summation order).
@@ -39,93 +37,7 @@ from typing import Optional
 
 import torch
 
-# Upper bound on float32 elements of one score block, to keep long prefills in memory.
-_SCORE_BLOCK_ELEMS = 1 << 24
-
-
-def _attend(
-    q: torch.Tensor,  # [B, M, H, Dk]
-    k: torch.Tensor,  # [B, Hkv, N, Dk] float32
-    v: torch.Tensor,  # [B, Hkv, N, Dv] float32
-    visible: torch.Tensor,  # [B, M, N] bool
-    sm_scale: float,
-    logit_cap: Optional[float],
-    sinks: Optional[torch.Tensor],  # [H]
-) -> torch.Tensor:  # [B, M, H, Dv] float32
-    B, M, H, Dk = q.shape
-    Hkv, N = k.shape[1], k.shape[2]
-    G = H // Hkv
-    # The G query heads of a KV head go as G * M rows of one matmul against that head's keys
-    # (broadcasting K over G would copy it G times).
-    qg = q.float().reshape(B, M, Hkv, G, Dk).permute(0, 2, 3, 1, 4).reshape(B, Hkv, G * M, Dk)
-    s = torch.matmul(qg, k.transpose(2, 3)).view(B, Hkv, G, M, N) * sm_scale
-    if logit_cap is not None and logit_cap > 0:
-        s = logit_cap * torch.tanh(s / logit_cap)
-    s = s.masked_fill(~visible.reshape(B, 1, 1, M, N), float("-inf"))
-    m = s.amax(-1, keepdim=True)  # [B, Hkv, G, M, 1]
-    if sinks is not None:
-        sink = sinks.float().reshape(1, Hkv, G, 1, 1)
-        m = torch.maximum(m, sink)
-    m = torch.where(torch.isinf(m), torch.zeros_like(m), m)
-    p = torch.exp(s - m)
-    denom = p.sum(-1, keepdim=True)
-    if sinks is not None:
-        denom = denom + torch.exp(sink - m)
-    o = torch.matmul(p.view(B, Hkv, G * M, N), v).view(B, Hkv, G, M, -1)
-    o = torch.where(denom > 0, o / denom.clamp_min(torch.finfo(torch.float32).tiny), torch.zeros_like(o))
-    return o.permute(0, 3, 1, 2, 4).reshape(B, M, H, -1)
-
-
-def _gather_kv(
-    buffer: torch.Tensor,  # [num_slots, Hkv, D]
-    req_to_token: torch.Tensor,  # [rows, width]
-    rows: torch.Tensor,  # [B] int64
-    start: torch.Tensor,  # [B] int64 first position
-    lens: torch.Tensor,  # [B] int64
-    width: int,  # N >= max(lens)
-    scale: float,
-) -> tuple[torch.Tensor, torch.Tensor]:  # ([B, Hkv, N, D] float32, [B, N] valid)
-    col = torch.arange(width)
-    valid = col < lens.unsqueeze(1)
-    cols = (start.unsqueeze(1) + col).clamp(max=req_to_token.shape[1] - 1)
-    slots = req_to_token[rows.unsqueeze(1), cols].to(torch.int64)
-    slots = torch.where(valid, slots, torch.zeros_like(slots))  # padding reads slot 0 (masked)
-    # head-major and float32 in one copy, so the matmuls read each head's keys as one matrix
-    kv = buffer[slots].transpose(1, 2).to(torch.float32, memory_format=torch.contiguous_format)
-    if scale != 1.0:
-        kv = kv * scale
-    return kv, valid
-
-
-def _row_kv(buffer: torch.Tensor, req_to_token: torch.Tensor, row: int, start: int, n: int, scale: float):
-    """Positions ``[start, start + n)`` of pool row ``row`` as ``[n, Hkv, D]`` float32 (token-major)."""
-    kv = buffer[req_to_token[row, start : start + n].to(torch.int64)].float()
-    return kv * scale if scale != 1.0 else kv
-
-
-def _write_kv(
-    k_cache: torch.Tensor, v_cache: torch.Tensor, key: torch.Tensor, value: torch.Tensor, loc: torch.Tensor
-) -> None:
-    loc = loc.reshape(-1).to(torch.int64)
-    k_cache[loc] = key.reshape(loc.numel(), *k_cache.shape[1:]).to(k_cache.dtype)
-    # MLA pools hand out V as a view into the K buffer; writing K already wrote it. (MHA pools
-    # may carve K and V out of one allocation, so compare address ranges, not storages.)
-    if not _overlaps(k_cache, v_cache):
-        v_cache[loc] = value.reshape(loc.numel(), *v_cache.shape[1:]).to(v_cache.dtype)
-
-
-def _overlaps(a: torch.Tensor, b: torch.Tensor) -> bool:
-    """Whether the memory two tensors can address overlaps."""
-    a0, b0 = a.data_ptr(), b.data_ptr()
-    return a0 < b0 + _span_bytes(b) and b0 < a0 + _span_bytes(a)
-
-
-def _span_bytes(t: torch.Tensor) -> int:
-    """Bytes from the first to one past the last element a (strided) tensor can address."""
-    if t.numel() == 0:
-        return 0
-    return (sum((n - 1) * st for n, st in zip(t.shape, t.stride())) + 1) * t.element_size()
-
+from .attention_core import SCORE_BLOCK_ELEMS, attend, gather_kv, row_kv, write_kv
 
 def decode_attention_cpu(
     query: torch.Tensor,  # [bs, H, Dk]
@@ -150,7 +62,7 @@ def decode_attention_cpu(
 ) -> None:
     """One query token per row; first stores (key, value) at ``loc``, then attends to the row's cache."""
     if key is not None and value is not None:
-        _write_kv(k_cache, v_cache, key, value, loc)
+        write_kv(k_cache, v_cache, key, value, loc)
     bs = seq_lens.numel()
     if bs == 0:
         return
@@ -166,13 +78,13 @@ def decode_attention_cpu(
     rows = req_pool_indices.reshape(-1).to(torch.int64)
     n_max = max(int(lens.max()), 1)
     H, Dk = query.shape[1], query.shape[2]
-    chunk = max(1, _SCORE_BLOCK_ELEMS // (n_max * max(H, k_cache.shape[1] * Dk)))
+    chunk = max(1, SCORE_BLOCK_ELEMS // (n_max * max(H, k_cache.shape[1] * Dk)))
     for b0 in range(0, bs, chunk):
         sl = slice(b0, min(bs, b0 + chunk))
         n = max(int(lens[sl].max()), 1)
-        k, valid = _gather_kv(k_cache, req_to_token, rows[sl], start[sl], lens[sl], n, key_scale)
-        v, _ = _gather_kv(v_cache, req_to_token, rows[sl], start[sl], lens[sl], n, value_scale)
-        o = _attend(query[sl].unsqueeze(1), k, v, valid.unsqueeze(1), sm_scale, logit_cap, sinks)
+        k, valid = gather_kv(k_cache, req_to_token, rows[sl], start[sl], lens[sl], n, key_scale)
+        v, _ = gather_kv(v_cache, req_to_token, rows[sl], start[sl], lens[sl], n, value_scale)
+        o = attend(query[sl].unsqueeze(1), k, v, valid.unsqueeze(1), sm_scale, logit_cap, sinks)
         output[sl] = o.squeeze(1).to(output.dtype)
 
 
@@ -261,14 +173,14 @@ def _batch_fits(H: int, prefix: torch.Tensor, ext: torch.Tensor, window: int) ->
     kv = prefix - _prefix_start(prefix, window) + ext  # keys per row
     padded = ext.numel() * int(ext.max()) * (int((kv - ext).max()) + int(ext.max()))
     ragged = int((ext * kv).sum())
-    return padded * H <= _SCORE_BLOCK_ELEMS and padded <= max(_BATCH_PAD_RATIO * ragged, _BATCH_ALWAYS)
+    return padded * H <= SCORE_BLOCK_ELEMS and padded <= max(_BATCH_PAD_RATIO * ragged, _BATCH_ALWAYS)
 
 
 def _extend_batched(
     q_extend, k_extend, v_extend, o_extend, k_buffer, v_buffer, key_scale, value_scale, req_to_token, rows,
     prefix, ext, qstart, enc, window, flat_mask, mask_off, mask_full, sm_scale, logit_cap, sinks, is_causal,
 ) -> None:  # fmt: skip
-    """All rows in one ``_attend``, padded to the longest: the speculative verify and draft-extend
+    """All rows in one ``attend``, padded to the longest: the speculative verify and draft-extend
     shapes (a few new tokens per row, similar prefixes), where a Python loop over rows would cost
     more than the arithmetic. Each row's keys are its positions ``[p0, P + L)`` gathered from the
     cache in one pass, the extend columns then overwritten by ``k_extend``/``v_extend`` when given
@@ -280,8 +192,8 @@ def _extend_batched(
     plen = prefix - p0
     kv_len = plen + ext
     N = int(kv_len.max())
-    k, kv_valid = _gather_kv(k_buffer, req_to_token, rows, enc + p0, kv_len, N, key_scale)
-    v, _ = _gather_kv(v_buffer, req_to_token, rows, enc + p0, kv_len, N, value_scale)
+    k, kv_valid = gather_kv(k_buffer, req_to_token, rows, enc + p0, kv_len, N, key_scale)
+    v, _ = gather_kv(v_buffer, req_to_token, rows, enc + p0, kv_len, N, value_scale)
     i = torch.arange(M)
     ext_valid = i < ext.unsqueeze(1)  # [B, M]: real queries
     tok = torch.where(ext_valid, qstart.unsqueeze(1) + i, torch.zeros_like(i))  # row of q/k/v/o_extend
@@ -307,7 +219,7 @@ def _extend_batched(
     if window:  # query P + i, key P + e: distance i - e
         dist = qi - e
         visible = visible & ((dist < window) if (is_causal or flat_mask is not None) else (dist.abs() < window))
-    o = _attend(q_extend[tok], k, v, visible.expand(B, M, N), sm_scale, logit_cap, sinks)
+    o = attend(q_extend[tok], k, v, visible.expand(B, M, N), sm_scale, logit_cap, sinks)
     o_extend[tok[ext_valid]] = o[ext_valid].to(o_extend.dtype)
 
 
@@ -325,8 +237,8 @@ def _extend_rows(
         qpos = torch.arange(P, P + L)
         if is_cross_attention:
             n = int(enc[b])
-            k = _row_kv(k_buffer, req_to_token, row, 0, n, key_scale)
-            v = _row_kv(v_buffer, req_to_token, row, 0, n, value_scale)
+            k = row_kv(k_buffer, req_to_token, row, 0, n, key_scale)
+            v = row_kv(v_buffer, req_to_token, row, 0, n, value_scale)
             kpos = torch.arange(n)
 
             def visible_fn(qp, kp):
@@ -336,13 +248,13 @@ def _extend_rows(
             off = int(enc[b])
             # with a window, the first query (position P) only sees keys k > P - window
             p0 = max(0, P - window + 1) if window else 0
-            kp = _row_kv(k_buffer, req_to_token, row, off + p0, P - p0, key_scale)
-            vp = _row_kv(v_buffer, req_to_token, row, off + p0, P - p0, value_scale)
+            kp = row_kv(k_buffer, req_to_token, row, off + p0, P - p0, key_scale)
+            vp = row_kv(v_buffer, req_to_token, row, off + p0, P - p0, value_scale)
             if k_extend is not None and v_extend is not None:
                 ke, ve = k_extend[q0 : q0 + L].float(), v_extend[q0 : q0 + L].float()
             else:  # KV-shared layers: the extend K/V are already in the cache
-                ke = _row_kv(k_buffer, req_to_token, row, off + P, L, key_scale)
-                ve = _row_kv(v_buffer, req_to_token, row, off + P, L, value_scale)
+                ke = row_kv(k_buffer, req_to_token, row, off + P, L, key_scale)
+                ve = row_kv(v_buffer, req_to_token, row, off + P, L, value_scale)
             k, v = torch.cat([kp, ke], 0), torch.cat([vp, ve], 0)
             kpos = torch.arange(p0, P + L)
             tree = None
@@ -367,11 +279,11 @@ def _extend_rows(
                 return vis
 
         n_keys = max(k.shape[0], 1)
-        block = max(1, _SCORE_BLOCK_ELEMS // (n_keys * H))
+        block = max(1, SCORE_BLOCK_ELEMS // (n_keys * H))
         for m0 in range(0, L, block):
             m1 = min(L, m0 + block)
             vis = visible_fn(qpos[m0:m1], kpos)
-            o = _attend(
+            o = attend(
                 q_extend[q0 + m0 : q0 + m1].unsqueeze(0),
                 k.transpose(0, 1).unsqueeze(0),
                 v.transpose(0, 1).unsqueeze(0),

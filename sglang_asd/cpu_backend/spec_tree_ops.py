@@ -4,7 +4,8 @@ Vocabulary (docs/CONTRACTS.md): ``bs`` rows, ``W`` = draft_token_num nodes per
 row including the root (node 0 = the last committed token), ``S`` accept slots.
 A *global* node id is ``b*W + i`` (what ``retrive_index`` holds).
 
-Tree encoding shared by every op (SGLang's spelling "retrive"):
+Tree encoding shared by every op (the ``sgl_kernel`` op schema's spelling "retrive"; SGLang's
+Python and sglang_asd's own code say "retrieve"):
 ``retrive_next_token[b, i]`` = first child of node i, ``retrive_next_sibling[b, i]``
 = next sibling, -1 for none; children are listed in increasing node order.
 

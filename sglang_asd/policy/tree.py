@@ -16,7 +16,7 @@ keeps "no exceptions allowed" == SGLang's ``verify_tree_greedy`` even when two s
 the target's token. SGLang 0.5.23 builds every sibling list in ascending node index
 (``build_tree_kernel_efficient``: children inserted in descending index at the list head;
 ngram and ``reconstruct_tree``: next sibling = next larger index), so "first sibling" and
-"smallest index" agree; the batched verifier follows ``retrive_next_sibling`` itself.
+"smallest index" agree; the batched verifier follows ``retrieve_next_sibling`` itself.
 """
 
 from __future__ import annotations

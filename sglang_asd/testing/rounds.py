@@ -31,8 +31,8 @@ class VerifyRound:
     parents: List[List[int]]  # per row, see ``trees``
     candidates: torch.Tensor  # [bs, W] int64
     logits: torch.Tensor  # [bs*W, V] float
-    retrive_next_token: torch.Tensor  # [bs, W] int64
-    retrive_next_sibling: torch.Tensor  # [bs, W] int64
+    retrieve_next_token: torch.Tensor  # [bs, W] int64
+    retrieve_next_sibling: torch.Tensor  # [bs, W] int64
     remaining: torch.Tensor  # [bs] float32
     gate: torch.Tensor  # [bs] float32
     cap: torch.Tensor  # [bs] int32
@@ -47,12 +47,12 @@ class VerifyRound:
             target_predict = self.logits.argmax(dim=-1).view(self.candidates.shape)
         if target_predict is not None and target_predict is not False:
             kwargs["target_predict"] = target_predict
-        return (self.candidates, self.logits, self.retrive_next_token, self.retrive_next_sibling,
+        return (self.candidates, self.logits, self.retrieve_next_token, self.retrieve_next_sibling,
                 self.remaining, self.gate, self.cap, self.depth), kwargs
 
     def strict_links(self):
-        """(candidates, logits, retrive_next_token, retrive_next_sibling, depth): ``strict_verify``'s args."""
-        return self.candidates, self.logits, self.retrive_next_token, self.retrive_next_sibling, self.depth
+        """(candidates, logits, retrieve_next_token, retrieve_next_sibling, depth): ``strict_verify``'s args."""
+        return self.candidates, self.logits, self.retrieve_next_token, self.retrieve_next_sibling, self.depth
 
 
 def make_round(
@@ -121,8 +121,8 @@ def make_round(
         parents=trees,
         candidates=tensor(candidates, torch.int64).view(bs, W),
         logits=z,
-        retrive_next_token=tensor(next_token, torch.int64).view(bs, W),
-        retrive_next_sibling=tensor(next_sibling, torch.int64).view(bs, W),
+        retrieve_next_token=tensor(next_token, torch.int64).view(bs, W),
+        retrieve_next_sibling=tensor(next_sibling, torch.int64).view(bs, W),
         remaining=tensor(remaining, torch.float32),
         gate=tensor(gate, torch.float32),
         cap=tensor(cap, torch.int32),

@@ -17,7 +17,7 @@ from sglang_asd.verify.tree_links import tree_links
 
 def verify_tree_greedy_port(
     candidates: Sequence[Sequence[int]],  # [bs][W]
-    retrive_index: Sequence[Sequence[int]],  # [bs][W] global node id b*W + n
+    retrieve_index: Sequence[Sequence[int]],  # [bs][W] global node id b*W + n
     next_token: Sequence[Sequence[int]],  # [bs][W]
     next_sibling: Sequence[Sequence[int]],  # [bs][W]
     target_predict: Sequence[int],  # [bs*W] flat
@@ -31,14 +31,14 @@ def verify_tree_greedy_port(
     accept_index = [[-1] * S for _ in range(bs)]
     accept_num = [0] * bs
     for bx in range(bs):
-        last = retrive_index[bx][0]
+        last = retrieve_index[bx][0]
         accept_index[bx][0] = last
         num = 0
         cur = 0
         for _ in range(1, S):
             cur = next_token[bx][cur]
             while cur != -1:
-                draft_index = retrive_index[bx][cur]
+                draft_index = retrieve_index[bx][cur]
                 target = target_predict[last]
                 if candidates[bx][cur] == target:
                     predicts[last] = target
@@ -57,8 +57,8 @@ def verify_tree_greedy_port(
 def sglang_strict_result(
     candidates: torch.Tensor,  # [bs, W] int
     logits: torch.Tensor,  # [bs*W, V] float
-    retrive_next_token: torch.Tensor,  # [bs, W] int
-    retrive_next_sibling: torch.Tensor,  # [bs, W] int
+    retrieve_next_token: torch.Tensor,  # [bs, W] int
+    retrieve_next_sibling: torch.Tensor,  # [bs, W] int
     depth: int,  # K
     target_predict: Optional[torch.Tensor] = None,  # [bs, W] int argmax per node, if known
 ) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -67,9 +67,9 @@ def sglang_strict_result(
     bs, W = candidates.shape
     if target_predict is None:
         target_predict = logits.argmax(dim=-1)
-    retrive_index = (torch.arange(bs)[:, None] * W + torch.arange(W)).tolist()
+    retrieve_index = (torch.arange(bs)[:, None] * W + torch.arange(W)).tolist()
     predicts, accept_index, accept_num = verify_tree_greedy_port(
-        candidates.tolist(), retrive_index, retrive_next_token.tolist(), retrive_next_sibling.tolist(),
+        candidates.tolist(), retrieve_index, retrieve_next_token.tolist(), retrieve_next_sibling.tolist(),
         target_predict.reshape(-1).tolist(), depth + 1,
     )
     return (torch.tensor(predicts, dtype=torch.int32),
@@ -80,8 +80,8 @@ def sglang_strict_result(
 def strict_verify(
     candidates: torch.Tensor,  # [bs, W] int64 draft token per node (node 0 = root)
     logits: torch.Tensor,  # [bs*W, V] float
-    retrive_next_token: torch.Tensor,  # [bs, W] int64 first child, -1 none
-    retrive_next_sibling: torch.Tensor,  # [bs, W] int64 next sibling, -1 none
+    retrieve_next_token: torch.Tensor,  # [bs, W] int64 first child, -1 none
+    retrieve_next_sibling: torch.Tensor,  # [bs, W] int64 next sibling, -1 none
     depth: int,  # K
     target_predict: Optional[torch.Tensor] = None,  # [bs, W] int64 argmax per node, if known
 ) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -95,7 +95,7 @@ def strict_verify(
     target_predict = target_predict.long()
     node = torch.arange(W, device=device).expand(bs, W)
 
-    parent, sibling_rank = tree_links(retrive_next_token, retrive_next_sibling)
+    parent, sibling_rank = tree_links(retrieve_next_token, retrieve_next_sibling)
     has_parent = parent >= 0
     match = has_parent & (candidates.long() == target_predict.gather(1, torch.where(has_parent, parent, node)))
     # next_match[b, p]: the first child of p (in sibling order) that matches p's argmax, -1 none.

@@ -75,7 +75,7 @@ def random_tree(rng: random.Random, K: int, W: int, *, outside: float = 0.0, too
 
 
 def sglang_links(parents: Sequence[int], reverse_siblings: bool = False) -> Tuple[List[int], List[int]]:
-    """(retrive_next_token, retrive_next_sibling) as ``build_tree_kernel_efficient`` writes them:
+    """(retrieve_next_token, retrieve_next_sibling) as ``build_tree_kernel_efficient`` writes them:
     children inserted at the head of the list in descending index, so sibling order = ascending
     node index; a node outside the tree is in no list. ``reverse_siblings`` inserts in ascending
     index instead (sibling order != index order: not what SGLang builds, a harder case)."""

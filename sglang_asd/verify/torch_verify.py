@@ -63,11 +63,11 @@ def _target_margin(
     return (best - second).clamp_min(0).view(bs, W)
 
 
-def asd_verify(
+def asd_verify_torch(
     candidates: torch.Tensor,  # [bs, W] int64 draft token per node (node 0 = root, ignored)
     logits: torch.Tensor,  # [bs*W, V] float final logits (after penalties/bias/grammar mask)
-    retrive_next_token: torch.Tensor,  # [bs, W] int64 first child, -1 none
-    retrive_next_sibling: torch.Tensor,  # [bs, W] int64 next sibling, -1 none
+    retrieve_next_token: torch.Tensor,  # [bs, W] int64 first child, -1 none
+    retrieve_next_sibling: torch.Tensor,  # [bs, W] int64 next sibling, -1 none
     remaining: torch.Tensor,  # [bs] float32 asd: B - spent; other rules: B (0 => strict row)
     gate: torch.Tensor,  # [bs] float32 the rule's gate: g, margin or threshold (0 => strict row)
     cap: torch.Tensor,  # [bs] int32 m, capped rules only (0 => strict row)
@@ -95,7 +95,7 @@ def asd_verify(
     K stays the loop bound and the output width.
 
     Conventions, as in SGLang: node n of row b is global node b*W + n (SGLang's
-    ``retrive_index``); among siblings carrying the same token only the first in sibling order
+    ``retrieve_index``); among siblings carrying the same token only the first in sibling order
     counts; nodes deeper than K are never accepted. A given ``target_predict`` is used as is and
     regret is measured against it (clamped at 0). Regret is float32; NaN counts as masked.
     """
@@ -105,7 +105,7 @@ def asd_verify(
     candidates = candidates.long()
     node = torch.arange(W, device=device).expand(bs, W)
 
-    parent, sibling_rank = tree_links(retrive_next_token, retrive_next_sibling)
+    parent, sibling_rank = tree_links(retrieve_next_token, retrieve_next_sibling)
     up, node_depth = node_depths(parent, K)
     target_predict, regret = _regret_and_argmax(logits, candidates, up, target_predict)
     has_parent = parent >= 0  # every node except the root and nodes outside the tree

@@ -1,7 +1,7 @@
 """Parent, sibling rank and depth of every draft node, from SGLang's linked-list tree encoding.
 
-SGLang encodes a row's draft tree as ``retrive_next_token`` (first child, -1 none) and
-``retrive_next_sibling`` (next sibling, -1 none); node 0 is the root. A chain is the tree
+SGLang encodes a row's draft tree as ``retrieve_next_token`` (first child, -1 none) and
+``retrieve_next_sibling`` (next sibling, -1 none); node 0 is the root. A chain is the tree
 whose every node has one child. Everything here is batched over rows and loops only over
 log2(W) (pointer doubling) or the depth K, never over rows or the vocabulary; no host sync.
 """
@@ -30,15 +30,15 @@ def _doubling_rounds(max_distance: int) -> int:
 
 
 def tree_links(
-    retrive_next_token: torch.Tensor,  # [bs, W] int64
-    retrive_next_sibling: torch.Tensor,  # [bs, W] int64
+    retrieve_next_token: torch.Tensor,  # [bs, W] int64
+    retrieve_next_sibling: torch.Tensor,  # [bs, W] int64
 ) -> Tuple[torch.Tensor, torch.Tensor]:
     """-> parent [bs, W] int64 (-1 for the root and for nodes outside the tree),
     sibling_rank [bs, W] int64 (0-based position in the parent's child list)."""
-    bs, W = retrive_next_token.shape
-    node = torch.arange(W, device=retrive_next_token.device).expand(bs, W)
-    first_child_of = _invert(retrive_next_token.long())  # [bs, W] parent of each first child
-    prev_sibling = _invert(retrive_next_sibling.long())  # [bs, W]
+    bs, W = retrieve_next_token.shape
+    node = torch.arange(W, device=retrieve_next_token.device).expand(bs, W)
+    first_child_of = _invert(retrieve_next_token.long())  # [bs, W] parent of each first child
+    prev_sibling = _invert(retrieve_next_sibling.long())  # [bs, W]
 
     # List ranking by pointer doubling: jump ends at the first sibling, rank counts the hops.
     jump = torch.where(prev_sibling >= 0, prev_sibling, node)

@@ -17,7 +17,7 @@ Two launches per verify round:
    one-hot reduction, cheap for W <= 64. Slot vectors (the accepted path, s = 0..K, and the
    per-draft-position outputs, i = 0..K-1) are ``[S_PAD]``, ``S_PAD = next_pow2(K + 1)``.
 
-Compiled variants (see ``warmup.py``): every runtime integer is ``do_not_specialize`` and every
+Compiled variants (see ``variants.py``): every runtime integer is ``do_not_specialize`` and every
 pointer of the selection kernel ``do_not_specialize_on_alignment``, so Triton never forks a
 variant on a value (==1, %16) or an address; the variants are named by the constexprs alone,
 plus the logits pointer's 16-byte alignment in the vocabulary pass (what its 16-byte loads need).

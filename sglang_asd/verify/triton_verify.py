@@ -1,5 +1,5 @@
 """The fused ASD verify for GPUs: ``asd_verify_triton``, same signature and outputs as the torch
-verifier (``torch_verify.asd_verify``), bit for bit; keyword-only tiling knobs for tests.
+verifier (``torch_verify.asd_verify_torch``), bit for bit; keyword-only tiling knobs for tests.
 
 What it fuses (kernels in ``triton_kernels.py``): the one pass over the vocabulary per node
 (max and argmax, lowest index on ties, as ``torch.argmax``), the gathers of every child draft
@@ -17,7 +17,7 @@ every element of every output is written by the selection kernel.
 Compiled variants: the index and ledger inputs are cast to the contract's dtypes (int64 tokens
 and links, float32 remaining and gate, int32 cap; no-ops for what SGLang passes), so only the
 logits' dtype enters the kernels' signatures; which constexprs a call compiles is
-``warmup.specialization_key`` (the module docstring there says why the set is small).
+``variants.specialization_key`` (the module docstring there says why the set is small).
 
 Depth 0 (SGLang's adaptive zero-step verify: ``W = 1``, ``K = 0``) launches the same kernels:
 only the root is accepted, the bonus is its argmax, and the per-position outputs are ``[bs, 0]``.
@@ -54,7 +54,7 @@ import triton
 
 from sglang_asd.verify.output import ASDVerifyOutput
 from sglang_asd.verify.triton_kernels import asd_select_kernel, row_argmax_partials_kernel
-from sglang_asd.verify.warmup import vocab_unit
+from sglang_asd.verify.variants import vocab_unit
 
 BLOCK_V = 2048  # columns per tile of the vocabulary pass (16 B per thread for bf16 at 8 warps)
 VOCAB_WARPS = 8
@@ -88,8 +88,8 @@ def select_warps(W_PAD: int) -> int:
 def asd_verify_triton(
     candidates: torch.Tensor,  # [bs, W] int64 draft token per node (node 0 = root, ignored)
     logits: torch.Tensor,  # [bs*W, V] float final logits (bf16/fp16/fp32)
-    retrive_next_token: torch.Tensor,  # [bs, W] int64 first child, -1 none
-    retrive_next_sibling: torch.Tensor,  # [bs, W] int64 next sibling, -1 none
+    retrieve_next_token: torch.Tensor,  # [bs, W] int64 first child, -1 none
+    retrieve_next_sibling: torch.Tensor,  # [bs, W] int64 next sibling, -1 none
     remaining: torch.Tensor,  # [bs] float32 ledger remaining budget (0 => strict row)
     gate: torch.Tensor,  # [bs] float32 g (0 => strict row)
     cap: torch.Tensor,  # [bs] int32 m (0 => strict row)
@@ -103,9 +103,9 @@ def asd_verify_triton(
     vocab_warps: int = VOCAB_WARPS,
 ) -> ASDVerifyOutput:
     """The fused kernel for asd rows (and local rows, which verify identically: ``rules.py``); see
-    ``ASDVerifyOutput`` and ``torch_verify.asd_verify``. Rows under other rules take the torch
+    ``ASDVerifyOutput`` and ``torch_verify.asd_verify_torch``. Rows under other rules take the torch
     verifier (``dispatch.py``)."""
-    bs, W, V = _check(candidates, logits, retrive_next_token, retrive_next_sibling, remaining, gate, cap,
+    bs, W, V = _check(candidates, logits, retrieve_next_token, retrieve_next_sibling, remaining, gate, cap,
                       depth, stop_tokens, target_predict)
     K = depth
     device = logits.device
@@ -148,7 +148,7 @@ def asd_verify_triton(
     stop_tokens = as_index(stop_tokens)
     W_PAD = triton.next_power_of_2(W)
     asd_select_kernel[(bs,)](
-        candidates, as_index(retrive_next_token), as_index(retrive_next_sibling), logits, logits.stride(0), V,
+        candidates, as_index(retrieve_next_token), as_index(retrieve_next_sibling), logits, logits.stride(0), V,
         part_max, part_idx, split, target_predict, remaining.to(torch.float32).contiguous(),
         gate.to(torch.float32).contiguous(), cap.to(torch.int32).contiguous(), stop_tokens, stop_tokens.shape[1],
         int(bool(tree_depth_gate)), out.predict, out.accept_index, out.num_correct_drafts, out.spent, out.num_exceptions,
@@ -174,7 +174,7 @@ def _check(candidates, logits, next_token, next_sibling, remaining, gate, cap, d
     if logits.dtype not in (torch.bfloat16, torch.float16, torch.float32):
         raise ValueError(f"logits must be bfloat16, float16 or float32, got {logits.dtype}")
     V = logits.shape[1]
-    named = {"retrive_next_token": (next_token, (bs, W)), "retrive_next_sibling": (next_sibling, (bs, W)),
+    named = {"retrieve_next_token": (next_token, (bs, W)), "retrieve_next_sibling": (next_sibling, (bs, W)),
              "remaining": (remaining, (bs,)), "gate": (gate, (bs,)), "cap": (cap, (bs,))}
     if target_predict is not None:
         named["target_predict"] = (target_predict, (bs, W))

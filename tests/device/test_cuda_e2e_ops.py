@@ -1,4 +1,4 @@
-"""The GPU e2e kit's plain-torch ``sgl_kernel`` stand-ins (``sglang_asd/cpu_backend/cuda_e2e_ops.py``),
+"""The GPU e2e kit's plain-torch ``sgl_kernel`` stand-ins (``scripts/device/cuda_standin/ops.py``),
 checked on CPU against straightforward references: the norms, gated activations, rotary embedding,
 renormalisations, and the port of SGLang's target-only tree speculative sampling kernel against a
 row-by-row transcription of the CUDA code."""
@@ -6,13 +6,17 @@ row-by-row transcription of the CUDA code."""
 from __future__ import annotations
 
 import math
+import pathlib
 import random
+import sys
 
 import pytest
 import torch
 import torch.nn.functional as F
 
-from sglang_asd.cpu_backend import cuda_e2e_ops as ops
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2] / "scripts" / "device"))
+
+from cuda_standin import ops  # noqa: E402
 
 
 def _rms_ref(x, w, eps, offset):

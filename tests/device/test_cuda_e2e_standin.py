@@ -1,7 +1,9 @@
-"""The GPU e2e kit's test-only ``sgl_kernel`` stand-in (``SGLANG_ASD_KERNEL_STANDIN=cuda-e2e``), on CPU.
+"""The GPU e2e kit's test-only ``sgl_kernel`` stand-in (``scripts/device/cuda_standin``,
+``SGLANG_ASD_KERNEL_STANDIN=cuda-e2e``), on CPU.
 
 Each check runs in a fresh interpreter: installing a stand-in changes ``sys.modules`` for good.
-  * the opt-in is explicit and refuses, loudly, where it does not belong (no CUDA, bad value);
+  * the opt-in is explicit and refuses, loudly, where it does not belong (no CUDA, bad value, the
+    kit's module not on the path);
   * with an H200 faked for SGLang's import-time checks, SGLang's whole CUDA serving path imports,
     every binding of a swapped JIT op is the replacement, and SGLang's argument pipeline accepts
     every e2e server with CUDA graphs, overlap scheduler and radix cache on (cuda_import_check.py);
@@ -40,10 +42,22 @@ def test_opt_in_rejects_unknown_values():
     assert p.returncode != 0 and "is not understood" in p.stderr
 
 
+def test_opt_in_names_the_kit_module_when_it_is_not_on_the_path():
+    code = ("import sys; sys.path.insert(0, 'scripts/device'); import cuda_import_check; cuda_import_check.fake_cuda()\n"
+            "sys.path[:] = [p for p in sys.path if not p.rstrip('/').endswith('scripts/device')]\n"
+            "from sglang_asd import cpu_backend; cpu_backend.install()")
+    p = _python(code, SGLANG_ASD_KERNEL_STANDIN="cuda-e2e")
+    assert p.returncode != 0
+    assert p.stderr.strip().splitlines()[-1] == (
+        "RuntimeError: SGLANG_ASD_KERNEL_STANDIN=cuda-e2e: the GPU e2e kit's module 'cuda_standin' is not "
+        "importable; put the kit's scripts/device on PYTHONPATH (scripts/device_e2e.sh does)")
+
+
 def test_without_the_opt_in_the_cpu_stand_in_is_unchanged():
-    p = _python("from sglang_asd import cpu_backend\n"
-                "from sglang_asd.cpu_backend import cuda_e2e\n"
-                "print(cpu_backend.install(), cpu_backend.is_installed(), cuda_e2e.is_installed())")
+    p = _python("import sys; sys.path.insert(0, 'scripts/device')\n"
+                "from sglang_asd import cpu_backend\n"
+                "import cuda_standin\n"
+                "print(cpu_backend.install(), cpu_backend.is_installed(), cuda_standin.is_installed())")
     assert p.returncode == 0, p.stderr
     assert p.stdout.split() == ["True", "True", "False"]
 
@@ -59,7 +73,7 @@ def test_stand_in_module_provides_raises_and_logs(tmp_path):
         "assert sgl_kernel.__version__ == '0.4.10' and is_arch_support_pdl() is False\n"
         "assert rmsnorm(torch.ones(2, 4), torch.ones(4)).shape == (2, 4)\n"
         "try:\n    import sgl_kernel.scalar_type\nexcept ImportError:\n    print('scalar_type absent')\n"
-        "try:\n    moe_sum(1)\nexcept NotImplementedError as e:\n    print('raised', 'cuda_e2e_ops.py' in str(e))\n"
+        "try:\n    moe_sum(1)\nexcept NotImplementedError as e:\n    print('raised', 'cuda_standin/ops.py' in str(e))\n"
     )
     p = _python(code, SGLANG_ASD_KERNEL_STANDIN="cuda-e2e", SGLANG_ASD_STANDIN_LOG=str(log))
     assert p.returncode == 0, p.stderr[-3000:]

@@ -75,3 +75,18 @@ def test_shell_wrapper_dry_run_goes_straight_to_the_plan(tmp_path):
              env={"OUT": str(tmp_path), "PYTHON": sys.executable})
     assert p.returncode == 0, p.stderr[-2000:]
     assert (tmp_path / "e2e.json").exists() and not (tmp_path / "e2e.log").exists()
+
+
+def test_every_server_gets_the_kit_folder_and_so_the_cuda_stand_in_on_its_path(tmp_path):
+    sys.path.insert(0, str(ROOT / "scripts" / "device"))
+    import e2e_lib
+
+    kit = str(ROOT / "scripts" / "device")
+    assert e2e_lib.with_kit_on_path({"PYTHONPATH": "/a:/b"})["PYTHONPATH"] == f"/a:/b:{kit}"
+    assert e2e_lib.with_kit_on_path({"PYTHONPATH": kit})["PYTHONPATH"] == kit
+    assert e2e_lib.with_kit_on_path({}) == {"PYTHONPATH": kit}
+    env = e2e_lib.with_kit_on_path({k: v for k, v in os.environ.items() if k != "PYTHONPATH"})
+    p = subprocess.run([sys.executable, "-c", "import cuda_standin; print(cuda_standin.__file__)"], cwd=tmp_path,
+                       capture_output=True, text=True, timeout=120, env=env)
+    assert p.returncode == 0, p.stderr[-2000:]
+    assert pathlib.Path(p.stdout.strip()) == ROOT / "scripts/device/cuda_standin/__init__.py"

@@ -105,3 +105,16 @@ def test_unpack_refuses_a_corrupted_archive(tmp_path):
         f.write(b"x")
     with pytest.raises(SystemExit, match="sha256"):
         pack.main(["unpack", "--carry", str(carry), "--dest", str(tmp_path / "d")])
+
+
+def test_the_cuda_stand_in_travels_with_the_working_tree():
+    """The run tool carries the working tree minus git-ignored paths; the kit's stand-in must be in it."""
+    files = [ROOT / "scripts/device/cuda_standin" / name for name in ("__init__.py", "ops.py")]
+    assert all(f.is_file() for f in files)
+    try:
+        p = subprocess.run(["git", "check-ignore", *map(str, files)], cwd=ROOT, capture_output=True, text=True)
+    except FileNotFoundError:
+        pytest.skip("git is not installed")
+    if p.returncode == 128:
+        pytest.skip("not a git checkout")
+    assert p.returncode == 1 and not p.stdout, f"ignored, so never carried: {p.stdout}"

@@ -11,6 +11,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from sglang_asd.cpu_backend import env
 from sglang_asd.cpu_backend.seams import cpu_paths
 
 SHAPES = [(5, 64, 96), (40, 256, 160)]  # (rows, in, out)
@@ -101,15 +102,15 @@ def test_hooks_follow_the_mode(monkeypatch):
     from sglang_asd import cpu_backend
 
     monkeypatch.setattr(cpu_backend, "is_installed", lambda: True)
-    monkeypatch.delenv(cpu_paths.GEMM_ENV, raising=False)
-    assert cpu_paths.gemm_mode() == "fp32-accumulate"
+    monkeypatch.delenv(env.GEMM_ENV, raising=False)
+    assert env.gemm_mode() == "fp32-accumulate"
     assert [t for t, _ in cpu_paths.hooks()] == [cpu_paths.GET_LAST_LOC, cpu_paths.LINEAR_POSTLOAD,
                                                    cpu_paths.LINEAR_APPLY, cpu_paths.LINEAR_APPLY_INTO,
                                                    cpu_paths.LM_HEAD]
-    monkeypatch.setenv(cpu_paths.GEMM_ENV, "native")
+    monkeypatch.setenv(env.GEMM_ENV, "native")
     assert [t for t, _ in cpu_paths.hooks()] == [cpu_paths.GET_LAST_LOC]
     monkeypatch.setattr(cpu_backend, "is_installed", lambda: False)
-    monkeypatch.delenv(cpu_paths.GEMM_ENV)
+    monkeypatch.delenv(env.GEMM_ENV)
     assert cpu_paths.hooks() == []  # never on a GPU install
 
 
@@ -117,7 +118,7 @@ def test_a_bad_mode_is_a_one_line_launch_error(monkeypatch, capsys):
     from sglang_asd import cpu_backend, launch_server
 
     monkeypatch.setattr(cpu_backend, "is_installed", lambda: True)
-    monkeypatch.setenv(cpu_paths.GEMM_ENV, "fp16")
+    monkeypatch.setenv(env.GEMM_ENV, "fp16")
     with pytest.raises(SystemExit) as e:
         launch_server.main(["--model-path", "/nonexistent"])
     err = capsys.readouterr().err.strip().splitlines()
@@ -129,10 +130,10 @@ def test_a_bad_mode_is_a_one_line_launch_error(monkeypatch, capsys):
 def test_a_launched_cpu_server_records_its_mode_in_the_run_identity(monkeypatch):
     from sglang_asd.bench.server import identity, with_launch_facts
 
-    monkeypatch.setenv(cpu_paths.GEMM_ENV, "native")
+    monkeypatch.setenv(env.GEMM_ENV, "native")
     info = {"device": "cpu", "dtype": "bfloat16"}
     assert identity(with_launch_facts(info, launched=True)) == {**info, "cpu_gemm": "native"}
-    monkeypatch.delenv(cpu_paths.GEMM_ENV)
+    monkeypatch.delenv(env.GEMM_ENV)
     assert with_launch_facts(info, launched=True)["cpu_gemm"] == "fp32-accumulate"
     assert with_launch_facts(info, launched=False) == info  # --url: its environment is not ours to know
     assert with_launch_facts({"device": "cuda"}, launched=True) == {"device": "cuda"}

@@ -69,8 +69,8 @@ def step(monkeypatch):
                             req_pool_indices=torch.arange(1, BS + 1), forward_mode=SimpleNamespace(is_idle=lambda: False),
                             spec_algorithm=SimpleNamespace(is_ngram=lambda: False))
     verify_input = SimpleNamespace(max_tree_depth=K + 1, draft_token_num=W, draft_token=rnd.candidates.reshape(-1),
-                                   retrieve_next_token=rnd.retrive_next_token,
-                                   retrieve_next_sibling=rnd.retrive_next_sibling)
+                                   retrieve_next_token=rnd.retrieve_next_token,
+                                   retrieve_next_sibling=rnd.retrieve_next_sibling)
     logits_output = SimpleNamespace(next_token_logits=rnd.logits, auxiliary_device_output=None)
     return SimpleNamespace(rnd=rnd, table=table, batch=batch, verify_input=verify_input, logits_output=logits_output,
                            asd=torch.tensor([s in asd_rows for s in range(1, BS + 1)]))
@@ -99,8 +99,8 @@ def test_asd_rows_take_asd_verify_strict_rows_stay_sglangs(step, branch):
     predict, accept_lens, accept_index = seam.eagle_sample_around(branch, step.verify_input, step.batch,
                                                                   step.logits_output)
     r = step.rnd
-    strict = strict_verify(r.candidates, r.logits, r.retrive_next_token, r.retrive_next_sibling, K)
-    asd = asd_verify(r.candidates, r.logits, r.retrive_next_token, r.retrive_next_sibling,
+    strict = strict_verify(r.candidates, r.logits, r.retrieve_next_token, r.retrieve_next_sibling, K)
+    asd = asd_verify(r.candidates, r.logits, r.retrieve_next_token, r.retrieve_next_sibling,
                      torch.full((BS,), 8.0), torch.full((BS,), 0.25), torch.full((BS,), 2, dtype=torch.int32), K,
                      stop_tokens=torch.zeros((BS, 1), dtype=torch.int64))
     rows = step.asd
@@ -150,10 +150,10 @@ def test_each_row_takes_its_own_rule_and_only_asd_rows_are_charged(step, monkeyp
     rule[rows] = torch.tensor([RULE_ID[n] for n in names], dtype=torch.int32)
     gate = torch.zeros(BS)
     gate[rows] = gates
-    want = asd_verify(r.candidates, r.logits, r.retrive_next_token, r.retrive_next_sibling,
+    want = asd_verify(r.candidates, r.logits, r.retrieve_next_token, r.retrieve_next_sibling,
                       torch.where(rows, 8.0, 0.0), gate, torch.where(rows, 2, 0).int(), K,
                       stop_tokens=torch.zeros((BS, 1), dtype=torch.int64), rule=rule)
-    strict = strict_verify(r.candidates, r.logits, r.retrive_next_token, r.retrive_next_sibling, K)
+    strict = strict_verify(r.candidates, r.logits, r.retrieve_next_token, r.retrieve_next_sibling, K)
     assert torch.equal(accept_index, torch.where(rows[:, None], want.accept_index, strict[1]))
     assert torch.equal(accept_lens - 1, torch.where(rows, want.num_correct_drafts, strict[2]))
     is_asd = rule == RULE_ID["asd"]

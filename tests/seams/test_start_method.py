@@ -9,6 +9,7 @@ import multiprocessing
 
 import pytest
 
+from sglang_asd.cpu_backend import env
 from sglang_asd.cpu_backend.seams import start_method
 
 
@@ -36,21 +37,21 @@ def test_the_around_hook_turns_sglangs_spawn_into_fork(restore_start_method, cap
 @pytest.mark.parametrize("value,method", [(None, "fork"), ("", "fork"), ("fork", "fork"), (" Spawn ", "spawn")])
 def test_the_start_method_is_read_from_the_environment(monkeypatch, value, method):
     if value is None:
-        monkeypatch.delenv(start_method.START_METHOD_ENV, raising=False)
+        monkeypatch.delenv(env.START_METHOD_ENV, raising=False)
     else:
-        monkeypatch.setenv(start_method.START_METHOD_ENV, value)
-    assert start_method.start_method() == method
+        monkeypatch.setenv(env.START_METHOD_ENV, value)
+    assert env.start_method() == method
 
 
 def test_the_hook_only_on_the_cpu_stand_in_and_not_with_spawn(monkeypatch):
     from sglang_asd import cpu_backend
 
     monkeypatch.setattr(cpu_backend, "is_installed", lambda: True)
-    monkeypatch.delenv(start_method.START_METHOD_ENV, raising=False)
+    monkeypatch.delenv(env.START_METHOD_ENV, raising=False)
     assert start_method.hooks() == [(start_method.SET_ENVS_AND_CONFIG, start_method.set_envs_and_config_around)]
-    monkeypatch.setenv(start_method.START_METHOD_ENV, "spawn")
+    monkeypatch.setenv(env.START_METHOD_ENV, "spawn")
     assert start_method.hooks() == []
-    monkeypatch.delenv(start_method.START_METHOD_ENV)
+    monkeypatch.delenv(env.START_METHOD_ENV)
     monkeypatch.setattr(cpu_backend, "is_installed", lambda: False)
     assert start_method.hooks() == []  # never on a GPU install: CUDA needs spawn
 
@@ -75,7 +76,7 @@ def test_a_bad_start_method_is_a_one_line_launch_error(monkeypatch, capsys, modu
 
     main = importlib.import_module(f"sglang_asd.{module}").main
     monkeypatch.setattr(cpu_backend, "is_installed", lambda: True)
-    monkeypatch.setenv(start_method.START_METHOD_ENV, "forkserver")
+    monkeypatch.setenv(env.START_METHOD_ENV, "forkserver")
     with pytest.raises(SystemExit) as e:
         main(["--model-path", "/nonexistent"])
     err = capsys.readouterr().err.strip().splitlines()

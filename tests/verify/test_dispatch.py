@@ -13,7 +13,7 @@ import torch
 
 from sglang_asd.testing import make_round
 from sglang_asd.verify import ASDVerifyOutput, asd_verify, dispatch
-from sglang_asd.verify.torch_verify import asd_verify as torch_asd_verify
+from sglang_asd.verify.torch_verify import asd_verify_torch
 
 
 def assert_same(out: ASDVerifyOutput, ref: ASDVerifyOutput):
@@ -28,10 +28,10 @@ def test_cpu_logits_run_the_torch_verifier_and_never_ask_for_triton(monkeypatch,
 
     def torch_spy(*args, **kwargs):
         calls.append(kwargs)
-        return torch_asd_verify(*args, **kwargs)
+        return asd_verify_torch(*args, **kwargs)
 
     monkeypatch.setattr(dispatch, "_triton_verify", lambda: pytest.fail("Triton looked up for CPU logits"))
-    monkeypatch.setattr(dispatch, "torch_asd_verify", torch_spy)
+    monkeypatch.setattr(dispatch, "asd_verify_torch", torch_spy)
     rnd = make_round(seed=1, bs=3, W=5, K=3, V=32, shape="random", logits="hard")
     args, kwargs = rnd.args(target_predict=given_argmax)
     out = asd_verify(*args, **kwargs)
@@ -39,7 +39,7 @@ def test_cpu_logits_run_the_torch_verifier_and_never_ask_for_triton(monkeypatch,
     assert calls[0].keys() == {"stop_tokens", "target_predict", "rule", "rules_present", "tree_depth_gate"}
     assert calls[0]["stop_tokens"] is rnd.stop_tokens
     assert (calls[0]["target_predict"] is kwargs["target_predict"]) if given_argmax else calls[0]["target_predict"] is None
-    assert_same(out, torch_asd_verify(*args, **kwargs))
+    assert_same(out, asd_verify_torch(*args, **kwargs))
 
 
 def test_triton_that_does_not_import_is_logged_once_and_leaves_torch(monkeypatch, caplog):
@@ -76,4 +76,4 @@ def test_cuda_logits_run_the_triton_kernel_with_the_same_outputs(monkeypatch, gi
     finally:
         dispatch._triton_verify.cache_clear()
     assert len(calls) == 1 and calls[0].type == "cuda"
-    assert_same(out, torch_asd_verify(*args, **kwargs))
+    assert_same(out, asd_verify_torch(*args, **kwargs))

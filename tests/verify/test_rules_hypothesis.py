@@ -53,7 +53,7 @@ def test_verifier_equals_reference_for_every_rule(drawn, tree_depth_gate):
     rnd = VerifyRound(
         parents=[r["parents"] for r in rs], candidates=t("tokens", torch.int64),
         logits=torch.tensor([row for r in rs for row in r["logits"]], dtype=torch.float32),
-        retrive_next_token=torch.tensor([nt for nt, _ in links]), retrive_next_sibling=torch.tensor([ns for _, ns in links]),
+        retrieve_next_token=torch.tensor([nt for nt, _ in links]), retrieve_next_sibling=torch.tensor([ns for _, ns in links]),
         remaining=t("remaining", torch.float32), gate=t("gate", torch.float32), cap=t("cap", torch.int32), depth=K,
         stop_tokens=t("stops", torch.int64))
     rules = [r["rule"] for r in rs]

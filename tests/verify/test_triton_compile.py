@@ -58,7 +58,7 @@ def _compile_all() -> None:
         return ptx
 
     # What the JIT passes at launch: the logits pointer's 16-byte alignment is the one value
-    # specialization left (warmup.py); every other runtime int is do_not_specialize.
+    # specialization left (variants.py); every other runtime int is do_not_specialize.
     vocab_sig = {"logits_ptr": "*bf16", "row_stride_units": "i32", "part_max_ptr": "*fp32", "part_idx_ptr": "*i32",
                  "V_units": "i32", "split": "i32", "tiles_per_slice": "i32"}
     vocab = build(k.row_argmax_partials_kernel, vocab_sig, {"BLOCK_V": 2048, "UNIT": 16}, 8, aligned=("logits_ptr",))

@@ -33,7 +33,7 @@ if not torch.cuda.is_available():
 
 from sglang_asd.testing import make_round, sglang_links, sglang_strict_result, strict_verify  # noqa: E402
 from sglang_asd.verify import triton_verify as tv  # noqa: E402
-from sglang_asd.verify.torch_verify import asd_verify as torch_asd_verify  # noqa: E402
+from sglang_asd.verify.torch_verify import asd_verify_torch  # noqa: E402
 
 # the interpreter evaluates -inf - -inf (an all-masked row) in numpy, which warns
 pytestmark = pytest.mark.filterwarnings("ignore:invalid value encountered:RuntimeWarning")
@@ -68,7 +68,7 @@ def assert_same(ref, out):
 
 def check(rnd, *, target_predict=False, split=None, block_v=TINY_BLOCK):
     args, kwargs = rnd.args(target_predict=target_predict)
-    ref = torch_asd_verify(*args, **kwargs)
+    ref = asd_verify_torch(*args, **kwargs)
     out = tv.asd_verify_triton(*args, **kwargs, split=split, block_v=block_v)
     assert_same(ref, out)
     return ref
@@ -113,7 +113,7 @@ def test_depth_zero_is_sglang_strict(bs, target_predict):
     rnd = make_round(seed=bs, bs=bs, W=1, K=0, V=40, shape="chain", logits="hard", rows="asd", device=DEVICE)
     args, kwargs = rnd.args(target_predict=target_predict)
     out = tv.asd_verify_triton(*args, **kwargs, split=None if target_predict else 2, block_v=TINY_BLOCK)
-    assert_same(torch_asd_verify(*args, **kwargs), out)
+    assert_same(asd_verify_torch(*args, **kwargs), out)
     predict, accept_index, num_correct = sglang_strict_result(*rnd.strict_links())
     assert torch.equal(out.predict.cpu(), predict) and torch.equal(out.accept_index.cpu(), accept_index)
     assert torch.equal(out.num_correct_drafts.cpu(), num_correct) and not num_correct.any()
@@ -159,7 +159,7 @@ def test_budget_zero_is_strict_greedy():
     rnd.remaining.zero_()
     args, kwargs = rnd.args()
     out = tv.asd_verify_triton(*args, **kwargs, split=2, block_v=TINY_BLOCK)
-    assert_same(torch_asd_verify(*args, **kwargs), out)
+    assert_same(asd_verify_torch(*args, **kwargs), out)
     predict, accept_index, num_correct = strict_verify(*rnd.strict_links())
     assert torch.equal(out.predict, predict) and torch.equal(out.accept_index, accept_index)
     assert torch.equal(out.num_correct_drafts, num_correct)
@@ -180,7 +180,7 @@ def test_masked_and_stop_tokens_are_never_exceptions():
     args = (cand, logits, torch.tensor([nt, nt]), torch.tensor([ns, ns]), torch.tensor([8.0, 8.0]),
             torch.tensor([1.0, 1.0]), torch.tensor([3, 3], dtype=torch.int32), K)
     args = tuple(a.to(DEVICE) if isinstance(a, torch.Tensor) else a for a in args)
-    ref = torch_asd_verify(*args, stop_tokens=stop.to(DEVICE))
+    ref = asd_verify_torch(*args, stop_tokens=stop.to(DEVICE))
     out = tv.asd_verify_triton(*args, stop_tokens=stop.to(DEVICE), split=1, block_v=TINY_BLOCK)
     assert_same(ref, out)
     assert out.num_correct_drafts.tolist() == [1, 2]  # row 0 stops at the -inf token, row 1 at the stop token
@@ -247,11 +247,11 @@ def test_tree_depth_gate_parity(seed):
     W, K = (8, 6, 5)[seed % 3], (7, 4, 3)[seed % 3]
     rnd = hard_round(300 + seed, 4, W, K, (29, 64)[seed % 2], "random")
     args, kwargs = rnd.args(target_predict=seed % 2 == 1)
-    ref = torch_asd_verify(*args, **kwargs, tree_depth_gate=True)
+    ref = asd_verify_torch(*args, **kwargs, tree_depth_gate=True)
     out = tv.asd_verify_triton(*args, **kwargs, tree_depth_gate=True, split=2, block_v=TINY_BLOCK)
     assert_same(ref, out)
     local = torch.ones(4, dtype=torch.int32, device=DEVICE)  # rule id 1: local
-    assert_same(torch_asd_verify(*args, **kwargs, rule=local, tree_depth_gate=True), out)
+    assert_same(asd_verify_torch(*args, **kwargs, rule=local, tree_depth_gate=True), out)
 
 
 def test_tree_depth_gate_changes_the_decision_on_a_bushy_tree():

@@ -1,4 +1,4 @@
-"""``sglang_asd.verify.warmup``: the enumerated specializations cover every call a server makes.
+"""``sglang_asd.verify.variants`` and ``warmup``: the enumerated specializations cover every call a server makes.
 
 1. The keys (pure, from shapes): ``enumerate_specializations`` of a server's settings contains
    ``key_of_call`` of every call over a sweep of bs, (W, K), stop widths, with and without
@@ -6,7 +6,7 @@
 2. Triton's own JIT keys, in a fresh process with the interpreter off (the interpreter compiles
    nothing, so it cannot count variants; Triton's binder computes the key a launch would look
    up in ``JITFunction``'s cache, with no GPU): after the warm-up calls, a sweep of calls adds
-   no new JIT key; the number of variants is what ``warmup``'s docstring says; equal keys of
+   no new JIT key; the number of variants is what ``variants``' docstring says; equal keys of
    ours always mean equal JIT keys (ours is complete).
 """
 
@@ -22,14 +22,14 @@ import sys
 import pytest
 import torch
 
-from sglang_asd.verify.warmup import (
+from sglang_asd.verify.variants import (
     SpecializationKey,
     enumerate_specializations,
     key_of_call,
     specialization_key,
     verify_shapes,
-    warmup,
 )
+from sglang_asd.verify.warmup import warmup
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 MAX_BS = 64
@@ -111,7 +111,7 @@ def test_after_warmup_on_cuda_a_sweep_of_calls_compiles_nothing():
     import triton.knobs as knobs
 
     from sglang_asd.verify.triton_verify import asd_verify_triton
-    from sglang_asd.verify.warmup import example_call
+    from sglang_asd.verify.variants import example_call
 
     V, shapes = 151936, verify_shapes(3, 4, adaptive_steps=(0, 1, 3)) | {(16, 5)}
     warmup("cuda", shapes, V)
@@ -157,7 +157,7 @@ def _jit_key_sweep() -> None:
     from triton.compiler.compiler import make_backend
 
     from sglang_asd.verify import triton_verify as tv
-    from sglang_asd.verify.warmup import example_call
+    from sglang_asd.verify.variants import example_call
 
     backend = make_backend(GPUTarget("cuda", 90, 32))
     kernels = {"vocab": _JitKeys(tv.row_argmax_partials_kernel, backend), "select": _JitKeys(tv.asd_select_kernel, backend)}

@@ -34,7 +34,7 @@ linear layers with float32 accumulation.
   days on such a host.
 - Cost: a widened weight takes twice the memory (the 1.5B model's linear weights: 2.6 -> 5.2 GB).
 - Opt out: ``SGLANG_ASD_CPU_GEMM=native`` keeps torch's bf16 kernel (read when the hooks are
-  installed; :func:`gemm_mode`). The model-loading log says once per process when layers were
+  installed; ``cpu_backend.env.gemm_mode``). The model-loading log says once per process when layers were
   widened; benchmarks record the mode with the server's identity.
 - Upstream: SGLang packs CPU weights after loading for AMX only (``_amx_process_weight_after_loading``);
   a float32-accumulate layout for CPUs without bf16 units would belong beside it.
@@ -57,7 +57,8 @@ way, with the same opt-out.
 from __future__ import annotations
 
 import logging
-import os
+
+from sglang_asd.cpu_backend.env import GEMM_ENV, gemm_mode
 
 logger = logging.getLogger(__name__)
 
@@ -68,20 +69,10 @@ LINEAR_APPLY = UNQUANT_LINEAR + ".apply"
 LINEAR_APPLY_INTO = UNQUANT_LINEAR + ".apply_into"
 LM_HEAD = "sglang.srt.layers.logits_processor.LogitsProcessor._compute_lm_head"
 
-GEMM_ENV = "SGLANG_ASD_CPU_GEMM"
-GEMM_MODES = ("fp32-accumulate", "native")
 WIDENED = "_sglang_asd_fp32_accumulate"  # attribute marking a widened layer
 LM_HEAD_COPY = "_sglang_asd_fp32_weight"  # (source data_ptr, source version, float32 copy) on an LM head
 _ANNOUNCED = False
 _LM_HEAD_ANNOUNCED = False
-
-
-def gemm_mode() -> str:
-    """The CPU linear-layer mode this process uses: ``fp32-accumulate`` (default) or ``native``."""
-    mode = os.environ.get(GEMM_ENV, GEMM_MODES[0]).strip().lower() or GEMM_MODES[0]
-    if mode not in GEMM_MODES:
-        raise ValueError(f"{GEMM_ENV}={mode!r}: expected one of {', '.join(GEMM_MODES)}")
-    return mode
 
 
 def get_last_loc_around(original, req_to_token, req_pool_indices_tensor, prefix_lens_tensor):

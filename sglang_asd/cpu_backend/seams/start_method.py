@@ -4,7 +4,7 @@
 - Kind: AROUND, in the launcher process (ASD and stock servers alike), installed only when
   ``sglang_asd.cpu_backend`` is active (never on a GPU install). After SGLang's own call, which
   ends with ``mp.set_start_method("spawn", force=True)``, the start method becomes ``fork``.
-  ``SGLANG_ASD_CPU_START_METHOD=spawn`` keeps SGLang's (read at install: :func:`start_method`).
+  ``SGLANG_ASD_CPU_START_METHOD=spawn`` keeps SGLang's (read at install: ``cpu_backend.env.start_method``).
 - Why: SGLang spawns because a CUDA context cannot cross a fork. A spawned child starts a fresh
   interpreter and imports SGLang again: on a 2-core AVX2 host that is about 18 of a server's 40
   seconds to ready, paid once per child (scheduler and detokenizer, side by side). Forked children
@@ -42,21 +42,12 @@
 from __future__ import annotations
 
 import logging
-import os
+
+from sglang_asd.cpu_backend.env import START_METHOD_ENV, start_method
 
 logger = logging.getLogger(__name__)
 
 SET_ENVS_AND_CONFIG = "sglang.srt.entrypoints.engine._set_envs_and_config"
-START_METHOD_ENV = "SGLANG_ASD_CPU_START_METHOD"
-START_METHODS = ("fork", "spawn")
-
-
-def start_method() -> str:
-    """The start method of this launcher's children on CPU: ``fork`` (default) or ``spawn``."""
-    method = os.environ.get(START_METHOD_ENV, START_METHODS[0]).strip().lower() or START_METHODS[0]
-    if method not in START_METHODS:
-        raise ValueError(f"{START_METHOD_ENV}={method!r}: expected one of {', '.join(START_METHODS)}")
-    return method
 
 
 def set_envs_and_config_around(original, server_args):

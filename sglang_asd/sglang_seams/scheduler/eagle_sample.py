@@ -180,7 +180,7 @@ def verify_tree_greedy_around(original, *args, **kwargs):
     return predicts, accept_index, accept_token_num
 
 
-def _decide(step: _VerifyStep, candidates, retrive_next_token, retrive_next_sibling, target_predict,
+def _decide(step: _VerifyStep, candidates, retrieve_next_token, retrieve_next_sibling, target_predict,
             predict, accept_index, num_correct_drafts) -> None:
     """Decide the ASD rows, take every TP rank to one decision, merge it into SGLang's result
     ``predict`` [bs*W], ``accept_index`` [bs, K+1], ``num_correct_drafts`` [bs] (in place), and
@@ -197,8 +197,8 @@ def _decide(step: _VerifyStep, candidates, retrive_next_token, retrive_next_sibl
     out = asd_verify(
         candidates,
         logits,
-        retrive_next_token,
-        retrive_next_sibling,
+        retrieve_next_token,
+        retrieve_next_sibling,
         r.remaining,
         r.gate,
         r.cap,

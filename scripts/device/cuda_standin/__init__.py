@@ -1,14 +1,17 @@
 """TEST-ONLY: serve real SGLang on a CUDA machine that has no ``sgl_kernel`` wheel (the GPU e2e kit).
 
-Opt-in, never automatic: ``SGLANG_ASD_KERNEL_STANDIN=cuda-e2e`` in the environment of every SGLang
-process (``scripts/device_e2e.sh`` sets it). ``sglang_asd.cpu_backend.install()`` then calls
-:func:`install` here instead of installing the CPU stand-in. Production GPU installs use the real
-``sglang-kernel`` wheel (373 MB, more than the device tool may carry); see docs/GPU.md.
+Part of the kit, not of the package. Opt-in, never automatic: ``SGLANG_ASD_KERNEL_STANDIN=cuda-e2e``
+in the environment of every SGLang process and ``scripts/device`` on its ``PYTHONPATH``
+(``scripts/device_e2e.sh`` sets both; ``e2e_lib.ServerPool`` keeps the path for every server it
+starts). ``sglang_asd.cpu_backend.install()`` then imports this module by name
+(``cpu_backend.env.CUDA_STANDIN_MODULE``) and calls :func:`install` instead of installing the CPU
+stand-in. Production GPU installs use the real ``sglang-kernel`` wheel (373 MB, more than the
+device tool may carry); see docs/GPU.md.
 
 What it does, before SGLang is imported:
 
 1. ``sgl_kernel``: a module tree served by a meta-path finder. Names SGLang's CUDA path imports get
-   the plain-torch versions in ``cuda_e2e_ops``; any other name resolves (imports must not fail on
+   the plain-torch versions in ``ops.py``; any other name resolves (imports must not fail on
    the CUDA path's many optional kernels) to a function that raises ``NotImplementedError`` naming
    it when called and appends the name to ``$SGLANG_ASD_STANDIN_LOG`` (the e2e report lists them).
    ``sgl_kernel.scalar_type`` is absent (SGLang then uses its own fallback), as on CPU.
@@ -17,7 +20,7 @@ What it does, before SGLang is imported:
    flashinfer's headers) are replaced as soon as their module is loaded, so every by-name import
    sees the replacement: tree build, greedy tree verify and NGRAM tree reconstruction by SGLang's
    own Triton versions of the same ops (its XPU path), target-only tree sampling by
-   ``cuda_e2e_ops``' torch port, and the ``store_cache`` probe answers False (SGLang's torch
+   ``ops.py``' torch port, and the ``store_cache`` probe answers False (SGLang's torch
    fallback writes the KV cache). Any other JIT module still compiles where nvcc works.
 
 The rest of the kernel supply is SGLang's own, chosen by the kit's flags: the Triton attention
@@ -34,10 +37,10 @@ import os
 import sys
 import types
 
-from . import cuda_e2e_ops
+from sglang_asd.cpu_backend.env import CUDA_E2E as VALUE
+from sglang_asd.cpu_backend.env import KERNEL_STANDIN_ENV as ENV
 
-ENV = "SGLANG_ASD_KERNEL_STANDIN"
-VALUE = "cuda-e2e"
+from . import ops
 LOG_ENV = "SGLANG_ASD_STANDIN_LOG"
 MARKER = "__sglang_asd_cuda_e2e__"
 VERSION = "0.4.10"  # the sglang-kernel version SGLang 0.5.23 pins; the kit also skips its version check
@@ -53,23 +56,15 @@ JIT_REPLACEMENTS = {
     },
     "sglang.kernels.ops.speculative.sampling": {
         "tree_speculative_sampling_target_only":
-            "sglang_asd.cpu_backend.cuda_e2e_ops:tree_speculative_sampling_target_only",
+            "cuda_standin.ops:tree_speculative_sampling_target_only",
     },
     "sglang.kernels.ops.kvcache.kvcache": {  # SGLang then stores the KV cache with its torch fallback
-        "can_use_store_cache": "sglang_asd.cpu_backend.cuda_e2e_ops:can_use_store_cache",
+        "can_use_store_cache": "cuda_standin.ops:can_use_store_cache",
     },
 }
 # SGLang calls the JIT ops with the sgl_kernel schema's keyword names; the Triton versions spell them out.
 _KWARG_RENAMES = {"retrive_index": "retrieve_index", "retrive_next_token": "retrieve_next_token",
                   "retrive_next_sibling": "retrieve_next_sibling"}
-
-
-def requested() -> bool:
-    """True when this process's environment opts into the CUDA e2e stand-in."""
-    value = os.environ.get(ENV, "")
-    if value and value != VALUE:
-        raise RuntimeError(f"{ENV}={value!r} is not understood; the only value is {VALUE!r} (GPU e2e kit, test-only)")
-    return value == VALUE
 
 
 def is_installed() -> bool:
@@ -86,7 +81,7 @@ def missing_op(name: str):
                 f.write(f"{os.getpid()} {name}\n")
         raise NotImplementedError(
             f"{name} has no plain-torch stand-in in sglang_asd's CUDA e2e kit ({ENV}={VALUE}, test-only); "
-            "add it to sglang_asd/cpu_backend/cuda_e2e_ops.py or serve with the real sglang-kernel wheel")
+            "add it to scripts/device/cuda_standin/ops.py or serve with the real sglang-kernel wheel")
 
     call.__name__ = call.__qualname__ = name.rsplit(".", 1)[-1]
     call.__sglang_asd_missing__ = True
@@ -99,7 +94,7 @@ def _module(fullname: str) -> types.ModuleType:
     mod.__version__ = VERSION
     setattr(mod, MARKER, True)
     sub = fullname.partition(".")[2]
-    mod.__dict__.update(cuda_e2e_ops.TOP_LEVEL if not sub else cuda_e2e_ops.SUBMODULES.get(sub, {}))
+    mod.__dict__.update(ops.TOP_LEVEL if not sub else ops.SUBMODULES.get(sub, {}))
 
     def __getattr__(attr: str):
         if attr.startswith("__"):
@@ -169,7 +164,7 @@ def _lazy(target: str, jit_name: str):
 def replace_jit_ops(module: types.ModuleType, name: str) -> None:
     for fn_name, target in JIT_REPLACEMENTS[name].items():
         if not hasattr(module, fn_name):
-            raise RuntimeError(f"{name}.{fn_name} not found: this SGLang differs from 0.5.23, update cuda_e2e.py")
+            raise RuntimeError(f"{name}.{fn_name} not found: this SGLang differs from 0.5.23, update scripts/device/cuda_standin")
         setattr(module, fn_name, _lazy(target, fn_name))
 
 

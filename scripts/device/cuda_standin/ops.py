@@ -1,6 +1,6 @@
 """Plain-torch versions of the ``sgl_kernel`` functions SGLang's CUDA text path may call (test-only).
 
-Used only by the GPU end-to-end kit (``cuda_e2e.py``, opt-in ``SGLANG_ASD_KERNEL_STANDIN=cuda-e2e``)
+Used only by the GPU end-to-end kit (``cuda_standin``, opt-in ``SGLANG_ASD_KERNEL_STANDIN=cuda-e2e``)
 on a device machine that has no ``sgl_kernel`` wheel. The kit forces SGLang's own native forwards
 (``SGLANG_FORCE_FUSED_OP_BACKEND=torch``), so most of these are a safety net for call sites that
 bypass the fused-op dispatch. Signatures follow ``sgl_kernel`` 0.4.10's Python wrappers; every
@@ -203,7 +203,7 @@ def tree_speculative_sampling_target_only(
     predicts.scatter_(0, last, sampled.to(predicts.dtype))
 
 
-# Name -> implementation, for the stand-in module (``cuda_e2e.py``).
+# Name -> implementation, for the stand-in modules (``cuda_standin/__init__.py``).
 TOP_LEVEL = {f.__name__: f for f in (
     rmsnorm, fused_add_rmsnorm, gemma_rmsnorm, gemma_fused_add_rmsnorm, silu_and_mul, gelu_and_mul,
     gelu_tanh_and_mul, rotary_embedding, top_k_renorm_prob, top_p_renorm_prob, weak_ref_tensor,

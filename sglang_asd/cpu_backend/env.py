@@ -1,0 +1,62 @@
+"""The stand-ins' three environment switches, read and validated here and nowhere else.
+
+- ``SGLANG_ASD_CPU_GEMM``: the CPU linear-layer mode (``seams/cpu_paths.py``), ``fp32-accumulate``
+  (default: a bf16/fp16 weight widened to float32 once) or ``native`` (torch's bf16 kernel).
+- ``SGLANG_ASD_CPU_START_METHOD``: how the launcher's scheduler and detokenizer start on CPU
+  (``seams/start_method.py``), ``fork`` (default) or ``spawn`` (SGLang's own).
+- ``SGLANG_ASD_KERNEL_STANDIN``: unset, or ``cuda-e2e``, the GPU end-to-end kit's test-only
+  ``sgl_kernel`` stand-in for SGLang's CUDA path. It is the kit's code, not the package's:
+  ``cpu_backend.install()`` imports it by name (``CUDA_STANDIN_MODULE``) from ``sys.path``, where
+  the kit puts ``scripts/device`` for every process it starts (docs/GPU.md).
+
+The first two are case- and space-insensitive, empty meaning the default; the third is exact. Each
+function reads the environment when called (never at import), so a process sees the value it was
+started with. A bad value is an error naming the variable, the value and what is accepted; the
+launchers call :func:`check_cpu_switches` before any process starts, so it is one line there.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Optional
+
+GEMM_ENV = "SGLANG_ASD_CPU_GEMM"
+GEMM_MODES = ("fp32-accumulate", "native")
+START_METHOD_ENV = "SGLANG_ASD_CPU_START_METHOD"
+START_METHODS = ("fork", "spawn")
+KERNEL_STANDIN_ENV = "SGLANG_ASD_KERNEL_STANDIN"
+CUDA_E2E = "cuda-e2e"
+CUDA_STANDIN_MODULE = "cuda_standin"  # scripts/device/cuda_standin/
+
+
+def _choice(name: str, choices: tuple) -> str:
+    """``$name``, lower-cased and stripped, which must be one of ``choices`` (the first when unset or empty)."""
+    value = os.environ.get(name, choices[0]).strip().lower() or choices[0]
+    if value not in choices:
+        raise ValueError(f"{name}={value!r}: expected one of {', '.join(choices)}")
+    return value
+
+
+def gemm_mode() -> str:
+    """The CPU linear-layer mode this process uses: ``fp32-accumulate`` (default) or ``native``."""
+    return _choice(GEMM_ENV, GEMM_MODES)
+
+
+def start_method() -> str:
+    """The start method of this launcher's children on CPU: ``fork`` (default) or ``spawn``."""
+    return _choice(START_METHOD_ENV, START_METHODS)
+
+
+def kernel_standin() -> Optional[str]:
+    """``cuda-e2e`` when this process opts into the GPU e2e kit's stand-in, else None."""
+    value = os.environ.get(KERNEL_STANDIN_ENV, "")
+    if value and value != CUDA_E2E:
+        raise RuntimeError(f"{KERNEL_STANDIN_ENV}={value!r} is not understood; the only value is {CUDA_E2E!r} "
+                           "(GPU e2e kit, test-only)")
+    return value or None
+
+
+def check_cpu_switches() -> None:
+    """Raise ``ValueError`` on a bad CPU linear-layer mode or start method (the launchers, on CPU)."""
+    gemm_mode()
+    start_method()
