@@ -6,6 +6,7 @@ from types import SimpleNamespace
 
 import pytest
 
+from killed_run import kill_mid_write
 from sglang_asd.bench import audit, audit_report, audit_summary
 from sglang_asd.bench.arms import Arm
 
@@ -89,19 +90,8 @@ def test_stopped_audit_resumes_to_the_same_result(fake_server_url, tmp_path, mon
     assert audit.main(args + ["--out", str(whole)]) == 0
 
     stopped = tmp_path / "stopped"
-    real_append = audit.RunLog.append
-
-    def dying_append(self, record):
-        if len([r for r in self.records if r.get("kind") == "item"]) == 9:
-            with self.path.open("a") as f:
-                f.write('{"kind": "item", "arm": "b8", "ta')     # killed mid-write
-            raise KeyboardInterrupt
-        real_append(self, record)
-
-    monkeypatch.setattr(audit.RunLog, "append", dying_append)
-    with pytest.raises(KeyboardInterrupt):
-        audit.main(args + ["--out", str(stopped)])
-    monkeypatch.setattr(audit.RunLog, "append", real_append)
+    kill_mid_write(monkeypatch, audit.RunLog, "item", 9, '{"kind": "item", "arm": "b8", "ta', audit.main,
+                   args + ["--out", str(stopped)])
     assert audit.main(["--report-only", "--out", str(stopped)]) == 0
     partial = json.loads((stopped / "audit.json").read_text())
     assert partial["complete"]["items"] == 9 and partial["complete"]["planned"] == 36

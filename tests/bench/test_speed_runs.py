@@ -6,6 +6,7 @@ import json
 import pytest
 
 from fake_server import FakeServer
+from killed_run import kill_mid_write
 from sglang_asd.bench import host, speed
 
 def _four_passes_on_a_then_resume_on_b(args, monkeypatch):
@@ -103,19 +104,8 @@ def test_stopped_run_resumes_to_the_same_result(fake_server_url, tmp_path, monke
     assert speed.main(args + ["--out", str(whole)]) == 0
 
     stopped = tmp_path / "stopped"
-    real_append = speed.RunLog.append
-
-    def dying_append(self, record):
-        if record.get("kind") == "pass" and len([r for r in self.records if r.get("kind") == "pass"]) == 4:
-            with self.path.open("a") as f:
-                f.write('{"kind": "pass", "repeat": 0, "ind')   # killed mid-write
-            raise KeyboardInterrupt
-        real_append(self, record)
-
-    monkeypatch.setattr(speed.RunLog, "append", dying_append)
-    with pytest.raises(KeyboardInterrupt):
-        speed.main(args + ["--out", str(stopped)])
-    monkeypatch.setattr(speed.RunLog, "append", real_append)
+    kill_mid_write(monkeypatch, speed.RunLog, "pass", 4, '{"kind": "pass", "repeat": 0, "ind', speed.main,
+                   args + ["--out", str(stopped)])
     assert speed.main(["--report-only", "--out", str(stopped)]) == 0
     partial = json.loads((stopped / "speed.json").read_text())
     assert partial["complete"] == {"passes": 4, "planned": 6}       # 3 prompts at concurrency 3: one round

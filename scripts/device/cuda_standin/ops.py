@@ -32,11 +32,15 @@ def rmsnorm(input: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6, out: O
     return y if out is None else out.copy_(y)
 
 
+def _fused_add_rms(input: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, eps: float, offset: float) -> None:
+    residual.add_(input)
+    input.copy_(_rms(residual, weight, eps, offset))
+
+
 def fused_add_rmsnorm(input: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6,
                       enable_pdl: Optional[bool] = None) -> None:
     """In place: ``residual += input``; ``input = residual / RMS(residual) * weight``."""
-    residual.add_(input)
-    input.copy_(_rms(residual, weight, eps, 0.0))
+    _fused_add_rms(input, residual, weight, eps, 0.0)
 
 
 def gemma_rmsnorm(input: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6, out: Optional[torch.Tensor] = None,
@@ -48,8 +52,8 @@ def gemma_rmsnorm(input: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6, 
 
 def gemma_fused_add_rmsnorm(input: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6,
                             enable_pdl: Optional[bool] = None) -> None:
-    residual.add_(input)
-    input.copy_(_rms(residual, weight, eps, 1.0))
+    """In place: ``residual += input``; ``input = residual / RMS(residual) * (weight + 1)``."""
+    _fused_add_rms(input, residual, weight, eps, 1.0)
 
 
 def _gated(act, input: torch.Tensor, out: Optional[torch.Tensor]) -> torch.Tensor:
