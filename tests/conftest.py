@@ -52,7 +52,9 @@ ASD_ARGS = {
 # Environment of a configuration's servers (stock and ASD alike). With the CPU stand-in SGLang's children
 # start by fork (cpu_backend/seams/start_method.py); the bf16 pair keeps SGLang's spawn, the path of every
 # GPU install: a fresh child that must bootstrap itself and install and verify its hooks.
-CONFIG_ENV = {"eagle_bf16": {"SGLANG_ASD_CPU_START_METHOD": "spawn"}}
+# The bf16 servers test the float32-accumulate path on every CPU (``auto`` would take torch's bf16
+# kernel on one with bf16 instructions) and SGLang's spawn start.
+CONFIG_ENV = {"eagle_bf16": {"SGLANG_ASD_CPU_START_METHOD": "spawn", "SGLANG_ASD_CPU_GEMM": "fp32-accumulate"}}
 
 MAX_ALIVE = 3
 

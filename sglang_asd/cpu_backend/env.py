@@ -1,7 +1,10 @@
 """The stand-ins' three environment switches, read and validated here and nowhere else.
 
-- ``SGLANG_ASD_CPU_GEMM``: the CPU linear-layer mode (``seams/cpu_paths.py``), ``fp32-accumulate``
-  (default: a bf16/fp16 weight widened to float32 once) or ``native`` (torch's bf16 kernel).
+- ``SGLANG_ASD_CPU_GEMM``: the CPU linear-layer mode (``seams/cpu_paths.py``): ``auto`` (default:
+  ``native`` on a CPU with bf16 instructions, AVX-512 BF16 or AMX, whose bf16 kernel is the faster
+  one, else ``fp32-accumulate``), ``fp32-accumulate`` (a bf16/fp16 weight widened to float32 once)
+  or ``native`` (torch's bf16 kernel). Both run bf16 linear layers with float32 accumulation, in
+  another summation order; figures in docs/BENCHMARKS.md ("Where a round's time goes on CPU").
 - ``SGLANG_ASD_CPU_START_METHOD``: how the launcher's scheduler and detokenizer start on CPU
   (``seams/start_method.py``), ``fork`` (default) or ``spawn`` (SGLang's own).
 - ``SGLANG_ASD_KERNEL_STANDIN``: unset, or ``cuda-e2e``, the GPU end-to-end kit's test-only
@@ -21,7 +24,9 @@ import os
 from typing import Optional
 
 GEMM_ENV = "SGLANG_ASD_CPU_GEMM"
-GEMM_MODES = ("fp32-accumulate", "native")
+GEMM_MODES = ("auto", "fp32-accumulate", "native")
+# /proc/cpuinfo flags of the instructions that make torch's bf16 GEMM the faster one
+NATIVE_BF16_FLAGS = ("avx512_bf16", "amx_bf16")
 START_METHOD_ENV = "SGLANG_ASD_CPU_START_METHOD"
 START_METHODS = ("fork", "spawn")
 KERNEL_STANDIN_ENV = "SGLANG_ASD_KERNEL_STANDIN"
@@ -38,8 +43,24 @@ def _choice(name: str, choices: tuple) -> str:
 
 
 def gemm_mode() -> str:
-    """The CPU linear-layer mode this process uses: ``fp32-accumulate`` (default) or ``native``."""
-    return _choice(GEMM_ENV, GEMM_MODES)
+    """The CPU linear-layer mode this process uses, ``fp32-accumulate`` or ``native`` (``auto``, the
+    default, resolved for this CPU)."""
+    mode = _choice(GEMM_ENV, GEMM_MODES)
+    if mode == "auto":
+        return "native" if cpu_has_native_bf16() else "fp32-accumulate"
+    return mode
+
+
+def cpu_has_native_bf16(cpuinfo: str = "/proc/cpuinfo") -> bool:
+    """Whether this CPU has bf16 instructions (``NATIVE_BF16_FLAGS``); False where it cannot be read."""
+    try:
+        with open(cpuinfo) as f:
+            for line in f:
+                if line.startswith("flags"):
+                    return any(flag in line.split() for flag in NATIVE_BF16_FLAGS)
+    except OSError:
+        pass
+    return False
 
 
 def start_method() -> str:

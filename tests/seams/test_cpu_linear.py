@@ -102,7 +102,7 @@ def test_hooks_follow_the_mode(monkeypatch):
     from sglang_asd import cpu_backend
 
     monkeypatch.setattr(cpu_backend, "is_installed", lambda: True)
-    monkeypatch.delenv(env.GEMM_ENV, raising=False)
+    monkeypatch.setenv(env.GEMM_ENV, "fp32-accumulate")
     assert env.gemm_mode() == "fp32-accumulate"
     assert [t for t, _ in cpu_paths.hooks()] == [cpu_paths.GET_LAST_LOC, cpu_paths.LINEAR_POSTLOAD,
                                                    cpu_paths.LINEAR_APPLY, cpu_paths.LINEAR_APPLY_INTO,
@@ -124,7 +124,7 @@ def test_a_bad_mode_is_a_one_line_launch_error(monkeypatch, capsys):
     err = capsys.readouterr().err.strip().splitlines()
     assert e.value.code == 2 and len(err) == 1
     assert err[0] == ("sglang_asd.launch_server: error: SGLANG_ASD_CPU_GEMM='fp16': expected one of "
-                      "fp32-accumulate, native")
+                      "auto, fp32-accumulate, native")
 
 
 def test_a_launched_cpu_server_records_its_mode_in_the_run_identity(monkeypatch):
@@ -134,7 +134,7 @@ def test_a_launched_cpu_server_records_its_mode_in_the_run_identity(monkeypatch)
     info = {"device": "cpu", "dtype": "bfloat16"}
     assert identity(with_launch_facts(info, launched=True)) == {**info, "cpu_gemm": "native"}
     monkeypatch.delenv(env.GEMM_ENV)
-    assert with_launch_facts(info, launched=True)["cpu_gemm"] == "fp32-accumulate"
+    assert with_launch_facts(info, launched=True)["cpu_gemm"] == env.gemm_mode()  # auto, resolved
     assert with_launch_facts(info, launched=False) == info  # --url: its environment is not ours to know
     assert with_launch_facts({"device": "cuda"}, launched=True) == {"device": "cuda"}
 
@@ -200,3 +200,22 @@ def test_lm_head_other_branches_run_sglangs_code(compute_lm_head, case):
     out = cpu_paths.lm_head_around(compute_lm_head, processor, x, head, None)
     assert torch.equal(out, compute_lm_head(processor, x, head, None))
     assert not hasattr(head, cpu_paths.LM_HEAD_COPY)
+
+
+def test_auto_takes_torchs_bf16_kernel_only_on_a_cpu_with_bf16_instructions(monkeypatch, tmp_path):
+    avx2, zen4 = tmp_path / "avx2", tmp_path / "avx512bf16"
+    avx2.write_text("processor\t: 0\nflags\t\t: fpu sse2 avx avx2 fma\n")
+    zen4.write_text("processor\t: 0\nflags\t\t: fpu avx2 avx512f avx512_bf16 avx512_vnni\n")
+    assert not env.cpu_has_native_bf16(str(avx2)) and env.cpu_has_native_bf16(str(zen4))
+    assert not env.cpu_has_native_bf16(str(tmp_path / "missing"))  # unreadable: the safe path
+    for has, want in ((False, "fp32-accumulate"), (True, "native")):
+        monkeypatch.setattr(env, "cpu_has_native_bf16", lambda has=has: has)
+        for unset in (None, "", " AUTO "):
+            if unset is None:
+                monkeypatch.delenv(env.GEMM_ENV, raising=False)
+            else:
+                monkeypatch.setenv(env.GEMM_ENV, unset)
+            assert env.gemm_mode() == want
+        for explicit in ("fp32-accumulate", "native"):  # an explicit mode is kept on any CPU
+            monkeypatch.setenv(env.GEMM_ENV, explicit)
+            assert env.gemm_mode() == explicit

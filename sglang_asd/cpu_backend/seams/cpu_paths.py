@@ -27,15 +27,14 @@ linear layers with float32 accumulation.
   can land one bf16 rounding step away from torch's bf16 kernel (about 2 in 10^4 elements on the
   Qwen2.5 1.5B layer shapes). Activations, the KV cache, norms and embeddings stay in the model's
   dtype.
-- Why: on x86 CPUs without bf16 units (avx512_bf16 / AMX; the project's CI host is AVX2) torch's
-  bf16 GEMM is several times slower than float32: on the Qwen2.5 1.5B layer shapes, one thread,
-  4.0x at 40 rows (a verify pass of 8 requests x 5 tokens) and 1.4x at 8 rows; linear layers are
-  91% of a bf16 Qwen2.5 scheduler's samples under py-spy. Measurements of bf16 models would take
-  days on such a host.
+- Why: on x86 CPUs without bf16 instructions (AVX-512 BF16, AMX) torch's bf16 GEMM is several
+  times slower than float32 (docs/BENCHMARKS.md, "The CPU path"); with them it is the faster one
+  (docs/BENCHMARKS.md, "Where a round's time goes on CPU"). So the default mode, ``auto``,
+  installs these hooks only on a CPU without them (``cpu_backend.env.gemm_mode``).
 - Cost: a widened weight takes twice the memory (the 1.5B model's linear weights: 2.6 -> 5.2 GB).
-- Opt out: ``SGLANG_ASD_CPU_GEMM=native`` keeps torch's bf16 kernel (read when the hooks are
-  installed; ``cpu_backend.env.gemm_mode``). The model-loading log says once per process when layers were
-  widened; benchmarks record the mode with the server's identity.
+- Modes: ``SGLANG_ASD_CPU_GEMM=fp32-accumulate`` installs the hooks on any CPU, ``native`` on none
+  (read when the hooks are installed). The model-loading log says once per process when layers
+  were widened; benchmarks record the resolved mode with the server's identity.
 - Upstream: SGLang packs CPU weights after loading for AMX only (``_amx_process_weight_after_loading``);
   a float32-accumulate layout for CPUs without bf16 units would belong beside it.
 - Tested on: sglang 0.5.23.
