@@ -1,7 +1,8 @@
 """``asd_verify``, the dispatching entry point: the fused Triton kernel (``asd_verify_triton``) when
 the logits are on a CUDA device, Triton imports and every row's rule is one the kernel decides (asd,
-local: ``rules.ASD_KERNEL_RULES``); the torch verifier (``asd_verify_torch``) everywhere else. Both give the same outputs bit for bit on the kernel's rules
-(``tests/verify/test_triton_parity.py``), so the choice changes speed, never a decision.
+local: ``rules.ASD_KERNEL_RULES``); the torch verifier (``asd_verify_torch``) everywhere else.
+Both give the same outputs bit for bit on the kernel's rules (``tests/verify/test_triton_parity.py``),
+so the choice changes speed, never a decision.
 
 The choice depends on the device, on whether Triton imports and on ``rules_present`` (host-known:
 the ledger table's view of the rules its rows use), never on tensor values, so it needs no sync.
