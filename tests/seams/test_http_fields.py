@@ -67,6 +67,27 @@ def test_conflicting_duplicates_rejected():
     assert out["custom_params"] == {"asd_budget": 2.0}
 
 
+def test_generate_gateway_form_sampling_params_custom_params():
+    """``sampling_params.custom_params`` is the form smg forwards on /generate: validated the same way."""
+    out = rewrite_body("/generate", {"text": "hi", "sampling_params": {"custom_params": {"asd_budget": 8, "asd_rule": "local"}}}, S)
+    assert out["sampling_params"] == {"custom_params": {"asd_budget": 8.0, "asd_rule": "local"}}
+    with pytest.raises(ValueError, match=r"asd_budget must be a finite number in \[0, 64\], got -1"):
+        rewrite_body("/generate", {"text": "hi", "sampling_params": {"custom_params": {"asd_budget": -1}}}, S)
+
+
+@pytest.mark.parametrize("body, named", [
+    ({"text": "hi", "asd_budget": 8}, "top-level asd_budget=8"),
+    ({"text": "hi", "sampling_params": {"asd_budget": 2}, "asd_rule": "local"}, "top-level asd_rule='local'"),
+    ({"text": "hi", "custom_params": {"asd_gate": 0.1}}, "top-level custom_params.asd_gate=0.1"),
+])
+def test_generate_top_level_fields_are_refused(body, named):
+    """SGLang ignores a top-level /generate field (and smg forwards one): refused, not served strict."""
+    with pytest.raises(ValueError) as e:
+        rewrite_body("/generate", body, S)
+    assert "belongs inside sampling_params on /generate" in str(e.value) and named in str(e.value)
+    assert rewrite_body("/generate", {"text": "hi", "custom_params": {"other": 1}}, S) == {"text": "hi", "custom_params": {"other": 1}}
+
+
 def test_custom_params_must_be_object():
     with pytest.raises(ValueError, match="custom_params must be an object"):
         rewrite_body("/v1/completions", {"asd_budget": 1, "custom_params": [1]}, S)

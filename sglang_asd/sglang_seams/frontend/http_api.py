@@ -2,7 +2,9 @@
 
 Request fields ``asd_budget``, ``asd_rule``, ``asd_gate``, ``asd_max_exceptions_per_block``,
 ``asd_margin``, ``asd_threshold`` (docs/CONTRACTS.md):
-- native ``/generate``: inside ``sampling_params`` (an object or a list of them);
+- native ``/generate``: inside ``sampling_params`` (an object or a list of them), directly or in its
+  ``custom_params`` (the form that passes SGLang's gateway, smg, which rebuilds ``sampling_params``
+  from the keys it knows); a top-level one is refused, as SGLang would ignore it;
 - ``/v1/completions``, ``/v1/chat/completions``: top level (what OpenAI clients send through
   ``extra_body``) or inside ``custom_params``.
 
@@ -107,11 +109,25 @@ def _move_into_custom_params(holder: dict, source: dict, settings: ASDServerSett
         holder["custom_params"] = {**(custom or {}), **merged}
 
 
+def _refuse_top_level_fields(body: dict) -> None:
+    """On /generate an ASD field outside ``sampling_params`` would be ignored by SGLang: refuse it.
+
+    A gateway (smg) forwards unknown top-level /generate keys, so this also refuses them there
+    instead of serving the request strict."""
+    custom = body.get("custom_params")
+    for where, holder in (("", body), ("custom_params.", custom if isinstance(custom, dict) else {})):
+        for k in REQUEST_KEYS:
+            if k in holder:
+                raise ValueError(f"{k} belongs inside sampling_params on /generate (sampling_params.custom_params "
+                                 f"behind a gateway), got a top-level {where}{k}={shown(holder[k])}")
+
+
 def rewrite_body(path: str, body: Any, settings: ASDServerSettings) -> Any:
     """Move and validate the ASD fields of a request body in place; raises ValueError."""
     if not isinstance(body, dict):
         return body
     if path in GENERATE_ROUTES:
+        _refuse_top_level_fields(body)
         params = body.get("sampling_params")
         for p in params if isinstance(params, list) else [params]:
             if isinstance(p, dict):
