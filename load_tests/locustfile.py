@@ -5,7 +5,8 @@ Users (closed loop, one request at a time each):
 - ``NaturalStopUser``: stops at EOS, capped at ``--natural-max-new-tokens``.
 Per request, drawn from seeded mixes: the budget (``--budget-mix 0:0.5,8:0.5``), the route
 (``--api-mix generate:1,chat:1,completions:1``), streaming (``--stream-share``), and the prompt
-(shipped GSM8K / MT-Bench subsets, ``--prompt-tasks``). All requests are greedy.
+(shipped GSM8K / MT-Bench subsets, ``--prompt-tasks``). All requests are greedy. OpenAI requests name
+the model ``/v1/models`` lists, so the test also runs through a gateway (smg routes by model name).
 
 Each finished request is reported to locust (name = user kind and budget, time = end-to-end)
 and, with ``--records-out FILE``, appended to FILE as one JSON line (the shared client's
@@ -34,7 +35,7 @@ except ImportError:  # running from a checkout without the package installed
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from sglang_asd.bench import datasets  # noqa: E402
-from sglang_asd.bench.client import APIS, GenRequest, send  # noqa: E402
+from sglang_asd.bench.client import APIS, GenRequest, send, served_model  # noqa: E402
 from sglang_asd.bench.loadmix import budget_value, choice_of, parse_mix, pick  # noqa: E402
 
 
@@ -73,6 +74,7 @@ class _Shared:
         self.finished = 0
         self.quitting = False
         self.user_ids = itertools.count()
+        self.model = None  # the served model's name (OpenAI routes), asked once: a gateway (smg) routes by it
         self.records = open(opts.records_out, "a", buffering=1) if opts.records_out else None
 
     def record(self, row: dict) -> None:
@@ -118,6 +120,8 @@ class _ASDUser(User):
         self.shared = _shared(self.environment)
         self.rng = random.Random(f"{self.shared.opts.seed}-{self.kind}-{next(self.shared.user_ids)}")
         self.session = requests.Session()
+        if self.shared.model is None:
+            self.shared.model = served_model(self.session, self.host)
 
     def _limit_reached(self) -> bool:
         limit = self.shared.opts.max_requests
@@ -140,7 +144,8 @@ class _ASDUser(User):
         prompt = self.rng.choice(s.prompts)
         budget = pick(self.rng, s.budgets)
         req = GenRequest(text=prompt.text, max_new_tokens=max_new_tokens, budget=budget, ignore_eos=ignore_eos,
-                         stream=self.rng.random() < s.opts.stream_share, api=pick(self.rng, s.apis), tag=prompt.id)
+                         stream=self.rng.random() < s.opts.stream_share, api=pick(self.rng, s.apis), tag=prompt.id,
+                         model=s.model)
         try:
             res = send(self.session, self.host, req, timeout=s.opts.request_timeout)
         finally:

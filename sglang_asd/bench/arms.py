@@ -1,7 +1,7 @@
 """Measured arms: what a benchmark compares, each a label and the request fields it sends.
 
-An arm is ``label`` + ``fields`` (ASD request fields, sent in ``sampling_params`` on /generate
-and top level on the OpenAI routes), e.g. ``b8g0.5 = {asd_budget: 8, asd_gate: 0.5}``. Two kinds
+An arm is ``label`` + ``fields`` (ASD request fields, sent in ``sampling_params.custom_params`` on
+/generate and top level on the OpenAI routes), e.g. ``b8g0.5 = {asd_budget: 8, asd_gate: 0.5}``. Two kinds
 of arm are special:
 
 - ``strict`` = ``{asd_budget: 0}``, the reference every other arm is paired against (always

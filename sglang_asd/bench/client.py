@@ -1,6 +1,7 @@
 """One client for every benchmark tool: build a request, send it, read the answer into a ``GenResult``.
 
-Routes (``api``): ``generate`` (native ``/generate``, ASD fields in ``sampling_params``),
+Routes (``api``): ``generate`` (native ``/generate``, ASD fields in ``sampling_params.custom_params``,
+the form that also passes SGLang's gateway, smg, which drops unknown ``sampling_params`` keys),
 ``completions`` (``/v1/completions``) and ``chat`` (``/v1/chat/completions``), ASD fields top level
 as OpenAI clients send them through ``extra_body``. All requests are greedy (temperature 0).
 What is read back (names as in docs/CONTRACTS.md and SGLang 0.5.23):
@@ -103,7 +104,8 @@ def build_payload(req: GenRequest) -> tuple[str, dict]:
     if req.api == "generate":
         sampling: dict[str, Any] = {"temperature": 0.0, "max_new_tokens": req.max_new_tokens,
                                     "ignore_eos": req.ignore_eos}
-        sampling.update(req.asd_fields())
+        if req.asd_fields():
+            sampling["custom_params"] = req.asd_fields()
         return PATHS["generate"], {"text": req.text, "sampling_params": sampling, "stream": req.stream}
     body: dict[str, Any] = {"model": req.model, "max_tokens": req.max_new_tokens, "temperature": 0.0,
                             "ignore_eos": req.ignore_eos, "stream": req.stream,

@@ -103,7 +103,9 @@ class Handler(BaseHTTPRequestHandler):
         if self.path == "/generate":
             sp = body.get("sampling_params") or {}
             prompt, max_new, stream = body.get("text", ""), sp.get("max_new_tokens", 128), body.get("stream", False)
-            ignore_eos, budget = sp.get("ignore_eos", False), sp.get("asd_budget", 0.0)
+            # both forms the real server reads: sampling_params.asd_budget and its custom_params.asd_budget
+            budget = sp.get("asd_budget", (sp.get("custom_params") or {}).get("asd_budget", 0.0))
+            ignore_eos = sp.get("ignore_eos", False)
         elif self.path in ("/v1/completions", "/v1/chat/completions"):
             prompt = body["messages"][-1]["content"] if "messages" in body else body.get("prompt", "")
             max_new, stream = body.get("max_tokens", 128), body.get("stream", False)

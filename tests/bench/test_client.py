@@ -6,10 +6,14 @@ import requests
 from sglang_asd.bench.client import GenRequest, build_payload, send, served_model
 
 
-def test_generate_payload_puts_asd_fields_in_sampling_params():
+def test_generate_payload_puts_asd_fields_in_sampling_params_custom_params():
+    """The form a gateway (smg) forwards: it rebuilds sampling_params from the keys it knows."""
     path, body = build_payload(GenRequest(text="hi", max_new_tokens=16, budget=8.0, ignore_eos=True))
     assert path == "/generate"
-    assert body["sampling_params"] == {"temperature": 0.0, "max_new_tokens": 16, "ignore_eos": True, "asd_budget": 8.0}
+    assert body["sampling_params"] == {"temperature": 0.0, "max_new_tokens": 16, "ignore_eos": True,
+                                       "custom_params": {"asd_budget": 8.0}}
+    _, body = build_payload(GenRequest(text="hi", max_new_tokens=16))
+    assert "custom_params" not in body["sampling_params"]
     assert body["text"] == "hi" and body["stream"] is False
 
 
@@ -26,7 +30,7 @@ def test_openai_payloads_put_asd_fields_top_level():
 def test_arm_fields_go_where_the_budget_goes():
     fields = {"asd_budget": 8, "asd_gate": 0.5, "asd_rule": "margin"}
     _, body = build_payload(GenRequest(text="hi", max_new_tokens=4, fields=fields))
-    assert {k: body["sampling_params"][k] for k in fields} == fields
+    assert body["sampling_params"]["custom_params"] == fields
     _, body = build_payload(GenRequest(text="hi", max_new_tokens=4, fields=fields, api="chat"))
     assert {k: body[k] for k in fields} == fields
     with pytest.raises(ValueError, match="only hold asd_\\* request fields, got 'temperature'"):
