@@ -38,3 +38,28 @@ def test_patch_applies_to_installed_release(patch, tmp_path):
     result = subprocess.run(["patch", "-p1", "--dry-run", "-i", str(patch)], cwd=tmp_path,
                             capture_output=True, text=True)
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+SMG_DIR = PATCH_DIR.parent / "smg-1.13.0"
+
+
+@pytest.mark.parametrize("patch", sorted(SMG_DIR.glob("*.patch")), ids=lambda p: p.name)
+def test_smg_patch_applies_to_the_pinned_release(patch, tmp_path):
+    """The gateway patch applies to the smg 1.13.0 files it changes (pristine copies under base/: the
+    wheel the project installs ships no Rust source) and names the release the project pins."""
+    from importlib.metadata import version
+
+    requirements = (PATCH_DIR.parents[1] / "scripts" / "requirements-cpu.txt").read_text().splitlines()
+    assert "smg==1.13.0" in requirements and version("smg") == "1.13.0"
+    text = patch.read_text()
+    assert "Against: smg 1.13.0" in text and "What:" in text and "Why:" in text
+    files = [line.split()[1][len("b/"):] for line in text.splitlines() if line.startswith("+++ ")]
+    assert files
+    for rel in files:
+        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(SMG_DIR / "base" / rel, tmp_path / rel)
+    result = subprocess.run(["patch", "-p1", "-i", str(patch)], cwd=tmp_path, capture_output=True, text=True)
+    assert result.returncode == 0, result.stdout + result.stderr
+    if "crates/protocols/src/sampling_params.rs" in files:  # 0001: the catch-all is in the struct
+        patched = (tmp_path / "crates/protocols/src/sampling_params.rs").read_text()
+        assert "#[serde(flatten)]\n    pub other: Map<String, Value>,\n}" in patched
