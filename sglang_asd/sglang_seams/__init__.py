@@ -9,7 +9,7 @@ silently verified strictly would lie to its users, so a missing hook stops the p
 Processes:
 - launcher / HTTP server (tokenizer manager): ``install_frontend_hooks`` (request validation,
   OpenAI fields, receipts in responses; CPU platform facts for argument resolution) and, with the
-  CPU stand-in, ``install_launcher_cpu_hooks`` (children start by fork: ``start_method``).
+  CPU stand-in, ``install_launcher_cpu_hooks`` (children start by fork: ``start_method``; DSPARK/DFLASH argument resolution: ``block_drafters``).
 - each scheduler (every TP rank): ``install_scheduler_hooks`` (ledger, verify, receipts, metrics,
   and, with ``--asd-standalone-draft-fix`` only, the STANDALONE draft's KV convention:
   ``standalone_draft``).
@@ -96,38 +96,58 @@ def check_installed(targets: Iterable[str], bindings: Iterable[tuple[str, str]] 
 
 def scheduler_hooks(settings: ASDServerSettings) -> list[tuple[str, Callable]]:
     """Every scheduler-side hook, one list per hooked SGLang class or function (each from its module)."""
-    from sglang_asd.sglang_seams.scheduler import eagle_sample, req_to_token_pool, scheduler, standalone_draft
+    from sglang_asd.sglang_seams.scheduler import (
+        dflash_accept,
+        dspark_accept,
+        eagle_sample,
+        req_to_token_pool,
+        scheduler,
+        standalone_draft,
+    )
 
-    hooks = eagle_sample.hooks() + req_to_token_pool.hooks() + scheduler.hooks()
+    hooks = (eagle_sample.hooks() + dspark_accept.hooks() + dflash_accept.hooks() + req_to_token_pool.hooks()
+             + scheduler.hooks())
     if settings.standalone_draft_fix:
         hooks += standalone_draft.hooks()
     return hooks
 
 
 def install_cpu_path_hooks() -> list[tuple[str, Callable]]:
-    """Scheduler process on CPU: SGLang paths that need a CPU fix (none on a GPU install)."""
-    from sglang_asd.cpu_backend.seams import cpu_paths
+    """Scheduler process on CPU: SGLang paths that need a CPU fix, and the block drafters' CPU seams
+    (none on a GPU install)."""
+    from sglang_asd.cpu_backend.seams import block_drafters, cpu_paths
 
     hooks = cpu_paths.hooks()
-    if hooks:
-        _register_and_apply(hooks, preload=("sglang.srt.managers.scheduler",))
-        check_installed([t for t, _ in hooks])
-    return hooks
+    drafters = block_drafters.scheduler_hooks()
+    if hooks or drafters:
+        preload = ("sglang.srt.managers.scheduler",) + (block_drafters.SCHEDULER_PRELOAD if drafters else ())
+        _register_and_apply(hooks + drafters, preload=preload)
+        bindings = [(m, "validate_domino_runtime") for m in block_drafters.VALIDATE_DOMINO_BINDINGS] if drafters else []
+        check_installed([t for t, _ in hooks + drafters], bindings=bindings)
+    if drafters:
+        block_drafters.add_draft_backend()
+        block_drafters.check_draft_backend()
+    return hooks + drafters
 
 
 def install_scheduler_hooks(settings: ASDServerSettings) -> None:
     """Scheduler process: install, apply and verify every scheduler-side hook."""
-    from sglang_asd.sglang_seams.scheduler import eagle_sample, standalone_draft
+    from sglang_asd.sglang_seams.scheduler import dflash_accept, dspark_accept, eagle_sample, standalone_draft
     from sglang_asd.sglang_seams.state.runtime import set_runtime
 
     set_runtime(settings)
     eagle_sample.check_signatures(_resolve(eagle_sample.EAGLE_SAMPLE), _resolve(eagle_sample.VERIFY_TREE_GREEDY))
+    dspark_accept.check_signatures(_resolve(dspark_accept.FORWARD_DECODE), _resolve(dspark_accept.ACCEPT_DRAFT_TOKENS))
+    dflash_accept.check_signatures(_resolve(dflash_accept.FORWARD), _resolve(dflash_accept.ACCEPT_BLOCK))
     if settings.standalone_draft_fix:
         standalone_draft.check_signatures(_resolve(standalone_draft.PREPARE_FOR_DRAFT))
     hooks = scheduler_hooks(settings)
-    preload = eagle_sample.EAGLE_SAMPLE_BINDINGS + eagle_sample.VERIFY_TREE_GREEDY_BINDINGS
+    preload = (eagle_sample.EAGLE_SAMPLE_BINDINGS + eagle_sample.VERIFY_TREE_GREEDY_BINDINGS
+               + dspark_accept.ACCEPT_BINDINGS + dspark_accept.ADJUSTMENTS_BINDINGS)
     bindings = ([(m, "eagle_sample") for m in eagle_sample.EAGLE_SAMPLE_BINDINGS]
-                + [(m, "verify_tree_greedy_func") for m in eagle_sample.VERIFY_TREE_GREEDY_BINDINGS])
+                + [(m, "verify_tree_greedy_func") for m in eagle_sample.VERIFY_TREE_GREEDY_BINDINGS]
+                + [(m, "accept_draft_tokens") for m in dspark_accept.ACCEPT_BINDINGS]
+                + [(m, "verify_logits_adjustments_are_noop") for m in dspark_accept.ADJUSTMENTS_BINDINGS])
     if settings.standalone_draft_fix:
         preload += standalone_draft.PRELOAD
         bindings += [(m, name) for m in standalone_draft.BINDINGS
@@ -140,13 +160,17 @@ def install_scheduler_hooks(settings: ASDServerSettings) -> None:
 
 def install_launcher_cpu_hooks() -> list[tuple[str, Callable]]:
     """Launcher process on CPU (ASD and stock servers): SGLang's children start by fork (none on a GPU
-    install, or with ``SGLANG_ASD_CPU_START_METHOD=spawn``)."""
-    from sglang_asd.cpu_backend.seams import start_method
+    install, or with ``SGLANG_ASD_CPU_START_METHOD=spawn``); DSPARK and DFLASH pass argument
+    resolution (``block_drafters``; none on a GPU install)."""
+    from sglang_asd.cpu_backend.seams import block_drafters, start_method
 
-    hooks = start_method.hooks()
+    hooks = start_method.hooks() + block_drafters.launcher_hooks()
     if hooks:
-        _register_and_apply(hooks, preload=("sglang.srt.entrypoints.engine",))
+        _register_and_apply(hooks, preload=("sglang.srt.entrypoints.engine", block_drafters.SPEC_HOOK))
         check_installed([t for t, _ in hooks])
+    if block_drafters.launcher_hooks():
+        block_drafters.add_draft_backend()  # DFLASH's argument resolution reads the list
+        block_drafters.check_draft_backend()
     return hooks
 
 

@@ -1,31 +1,28 @@
 """Serving modes in which ASD cannot run, and how they are refused.
 
-ASD decides in the verify step through two hooks: ``eagle_sample`` and the request-pool slot hooks
-on ``ReqToTokenPool`` (``eagle_sample.py``, ``req_to_token_pool.py``). A mode that bypasses either
-would serve every request strictly while receipts claimed otherwise, so it is refused:
+ASD decides in the verify step (``eagle_sample.py`` for the EAGLE family, STANDALONE and NGRAM;
+``dspark_accept.py`` and ``dflash_accept.py`` for the block drafters) and reads its ledger through
+the request-pool slot hooks on ``ReqToTokenPool`` (``req_to_token_pool.py``). A mode that bypasses
+either would serve every request strictly while receipts claimed otherwise, so it is refused:
 - at start-up, when ``--asd-*`` flags ask for ASD (``sglang_asd.launch_server`` exits with one line);
 - in every receipt otherwise (``applied: false``, ``reason: "unsupported:<mode>"``), e.g. a stock
   ``sglang serve`` that picked sglang-asd up through the plugin entry point.
 
 Read from SGLang 0.5.23:
-- DFLASH and DSPARK (``srt/speculative/dflash_worker_v2.py``, ``dspark_components/``) verify with
-  their own block-diffusion code and never call ``eagle_sample``.
 - PD disaggregation: the decode server's pool is ``DecodeReqToTokenPool``
   (``srt/disaggregation/decode.py``), not a ``ReqToTokenPool``, so no ledger row is ever written; a
   prefill server runs no verify step at all.
-Every other speculative algorithm verifies through ``eagle_sample`` (EAGLE, EAGLE3, NEXTN/MTP,
-FROZEN_KV_MTP and UNO via ``run_eagle_verify``; STANDALONE; NGRAM). README's support matrix says
-which of them have run.
+Every speculative algorithm verifies through one of the seams above: EAGLE, EAGLE3, NEXTN/MTP,
+FROZEN_KV_MTP and UNO via ``run_eagle_verify``; STANDALONE; NGRAM; DSPARK (``accept_draft_tokens``,
+its folded accept disarmed in steps with ASD rows); DFLASH (``_accept_block``). README's support
+matrix says which of them have run.
 """
 
 from __future__ import annotations
 
 from typing import Optional
 
-UNSUPPORTED_ALGORITHMS = {
-    "DFLASH": "its verify step does not go through SGLang's eagle_sample, which sglang_asd hooks",
-    "DSPARK": "its verify step does not go through SGLang's eagle_sample, which sglang_asd hooks",
-}
+UNSUPPORTED_ALGORITHMS: dict[str, str] = {}  # algorithm -> why ASD cannot run with it (none in 0.5.23)
 UNSUPPORTED_DISAGGREGATION = {
     "decode": "the decode server's DecodeReqToTokenPool bypasses the request-pool hooks that hold the ledger",
     "prefill": "a prefill server runs no verify step",

@@ -88,8 +88,6 @@ def test_bad_asd_flag_is_one_line_error(tmp_path):
 
 
 @pytest.mark.parametrize("flags,message", [
-    (["--speculative-algorithm", "DFLASH"], "ASD cannot run with --speculative-algorithm DFLASH"),
-    (["--speculative-algorithm", "dspark"], "ASD cannot run with --speculative-algorithm DSPARK"),
     (["--disaggregation-mode", "decode"], "ASD cannot run with --disaggregation-mode decode"),
 ])
 def test_modes_asd_cannot_serve_are_refused_when_asd_is_asked_for(tmp_path, flags, message):
@@ -104,15 +102,16 @@ def test_unsupported_modes_are_named_in_receipts():
     from sglang_asd.sglang_seams.modes import unsupported_mode
     from sglang_asd.sglang_seams.scheduler.scheduler import _reason
 
-    assert unsupported_mode("DFLASH", "null") == "unsupported:dflash"
     assert unsupported_mode("EAGLE", "decode") == "unsupported:pd_decode"
-    assert unsupported_mode("NGRAM", "null") is None and unsupported_mode(None, None) is None
+    assert unsupported_mode("DSPARK", "prefill") == "unsupported:pd_prefill"
+    for algorithm in ("NGRAM", "DSPARK", "dflash", None):
+        assert unsupported_mode(algorithm, "null") is None and unsupported_mode(algorithm, None) is None
     greedy = type("P", (), {"top_k": 1, "temperature": 0.0})()
     choice = RequestASD(8.0, ASDConfig())
     assert _reason(choice, greedy, True, None) is None
-    reason = _reason(choice, greedy, True, "unsupported:dflash")
+    reason = _reason(choice, greedy, True, "unsupported:pd_decode")
     receipt = RequestLedger(choice=choice, reason=reason).receipt()
-    assert receipt["applied"] is False and receipt["reason"] == "unsupported:dflash"
+    assert receipt["applied"] is False and receipt["reason"] == "unsupported:pd_decode"
 
 
 def test_fixtures_are_built_in_a_child_process(tmp_path, monkeypatch):

@@ -69,15 +69,14 @@ from typing import FrozenSet, Optional
 
 import torch
 
-from sglang.srt.managers.auxiliary_output import append_auxiliary_output
 from sglang.srt.speculative import eagle_utils
 
 from sglang_asd.sglang_seams.scheduler.arguments import NamedArguments
+from sglang_asd.sglang_seams.scheduler.verify_round import attach_round_output, settle_round
 from sglang_asd.sglang_seams.scheduler.verify_warmup import note_variant
 from sglang_asd.sglang_seams.state.ledger_table import LedgerRows
-from sglang_asd.sglang_seams.state.round_output import ASDRoundOutput
 from sglang_asd.verify import ASDVerifyOutput, asd_verify
-from sglang_asd.verify.rules import needs_torch_path, row_traits, rows_on
+from sglang_asd.verify.rules import needs_torch_path, rows_on
 from sglang_asd.verify.tp import rank_consistent
 
 EAGLE_SAMPLE = "sglang.srt.speculative.eagle_utils.eagle_sample"
@@ -157,15 +156,10 @@ def eagle_sample_around(original, *args, **kwargs):
                 predict, accept_index, num_correct)
         accept_lens = num_correct + 1
 
-    # 4. Charge the device ledger: asd rows only (strict rows spend 0; padding rows map to the all-zero
-    # slot 0; local rows keep B for the next block; margin and threshold rows have no ledger).
-    out, active = step.decision, step.active
-    charged = active & row_traits(ledger_rows.rule, bs, ledger_rows.rule.device).ledger
-    table.charge(rows, ledger_rows.remaining - torch.where(charged, out.spent, torch.zeros_like(out.spent)))
-
-    # 5. The round's results, for the host ledger once SGLang has committed the tokens.
-    logits_output.auxiliary_device_output = append_auxiliary_output(
-        logits_output.auxiliary_device_output, ASDRoundOutput.of_round(out, active, candidates, K))
+    # 4. Charge the device ledger (asd rows only) and 5. hand the round's results to SGLang, for the
+    # host ledger once SGLang has committed the tokens.
+    attach_round_output(logits_output, settle_round(table, rows, ledger_rows, step.decision, step.active,
+                                                    candidates, K))
     return predict, accept_lens, accept_index
 
 

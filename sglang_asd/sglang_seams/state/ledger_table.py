@@ -23,6 +23,19 @@ Ordering: every device write is issued by the verify step, on the stream that ru
   at once to request B (LIFO) would get B's budget overwritten by A's leftover at N+1's write-back.
   The order argument holds for any worker, since it only relies on every reader applying the
   staged writes first, on its own stream.
+- DSPARK and DFLASH (``dspark_accept.py``, ``dflash_accept.py``) read and charge the table in their
+  accept, which runs eagerly inside the worker's decode step on the forward stream, after the
+  target's verify forward (graph replay or eager) and before ``on_publish``. Neither worker
+  overrides the scheduler's shared-read runner, so ``Scheduler._apply_war_barrier`` waits on the
+  target model runner's event, recorded around the verify forward, i.e. before the accept: as for
+  NGRAM, the scheduling stream is not ordered after the charge, and the staging above is what keeps
+  a recycled slot's admission from landing between a batch's gather and its write-back. With an
+  eager verify no event is published and the barrier waits on the whole forward stream, which only
+  orders more. The next batch's verify is issued on the same forward stream after this one's
+  accept, so it reads this batch's charge (the one-step lag of the host ledger is the same as for
+  EAGLE: receipts come from the per-round outputs of committed rounds). DSPARK's folded accept
+  (inside the verify CUDA graph) is disarmed in every step that holds an ASD row, so the table is
+  only ever read and charged by eager code on that stream.
 - Staged writes are applied with one host-to-device copy (pinned, non-blocking) of a packed
   ``[n, 5 + T]`` float64 block; slots, caps, rule ids and token ids are exact in float64. A step
   that follows no admission or release copies nothing.
@@ -72,6 +85,7 @@ class ASDLedgerTable:
         self._staged: dict[int, tuple] = {}  # slot -> (remaining, gate, cap, rule, stop tokens); last write wins
         self._rule_of: dict[int, int] = {}  # host view: slot -> rule id (ASD rows only, as owner)
         self._rule_count: collections.Counter = collections.Counter()  # rule id -> ASD rows using it
+        self._host_rows = torch.zeros(num_slots, dtype=torch.bool)  # host view: slot -> ASD row (as owner)
 
     @property
     def num_active(self) -> int:
@@ -99,6 +113,7 @@ class ASDLedgerTable:
             self._forget(s)
             if r > 0 and g > 0 and (c > 0 or not RULES[RULE_NAMES[k]].capped):
                 self.owner[s] = o
+                self._host_rows[s] = True
                 self._rule_of[s] = int(k)
                 self._rule_count[int(k)] += 1
 
@@ -113,12 +128,21 @@ class ASDLedgerTable:
     def _forget(self, slot: int) -> None:
         """Drop ``slot`` from the host view (owner, rule counts)."""
         self.owner.pop(slot, None)
+        self._host_rows[slot] = False
         k = self._rule_of.pop(slot, None)
         if k is not None:
             self._rule_count[k] -= 1
 
     def owner_of(self, slot: int) -> Optional[object]:
         return self.owner.get(slot)
+
+    def holds_rows(self, slots_cpu: Optional[torch.Tensor]) -> bool:
+        """Host view: does a batch with these slots (``[bs]`` int64 on the host, SGLang's
+        ``req_pool_indices_cpu``) hold an ASD row? No device sync: a vectorized host lookup. Without
+        the host slots, any ASD row in the table counts (a superset)."""
+        if slots_cpu is None or slots_cpu.device.type != "cpu":
+            return self.num_active > 0
+        return bool(self._host_rows[slots_cpu].any())
 
     # -- the verify step (stream order) ---------------------------------------------------------
 

@@ -1,0 +1,132 @@
+"""Seam: DFLASH's accept (``sglang.srt.speculative.dflash_worker_v2.DFlashWorkerV2._accept_block``).
+
+- Hook kind: AROUND on three methods of ``DFlashWorkerV2``, each calls the original.
+  - ``forward_batch_generation``: in a decode step, publishes the step
+    (``verify_round.BlockStep``), then attaches the round's output to the result's logits output.
+  - ``_accept_block``: SGLang's ``(accept_len, commit_lens, bonus, out_tokens, new_seq_lens)``,
+    then the ASD rows' decision merged in (``verify_round.decide_chain``).
+  - ``_can_skip_verify_logits``: False in a step that holds an ASD row. With TP and a deferred
+    vocab gather, SGLang otherwise skips gathering the verify logits of an all-greedy batch and
+    accepts from a sharded argmax; ASD needs the logits (regrets).
+- Process: scheduler (every TP rank), in the decode step of DFLASH.
+- Why: ASD replaces strict greedy acceptance for the rows of requests that carry a budget and
+  leaves every other row as SGLang computed it. ``_accept_block`` returns everything the rest of
+  the step reads the accept from (the sampling-mask capture, spec logprobs, the mamba commit,
+  ``on_publish``, the draft KV materialization of the committed positions, the next draft's
+  anchor, the result). The verify forward already wrote the target KV of the whole block.
+- How, one decode step: candidates ``[bs, B]`` = anchor + ``B - 1`` drafts (B = block size), the
+  final logits ``[bs*B, V]`` (penalties, logit bias and grammar mask applied in place before the
+  accept). ASD rows take ASD's accepted length and bonus; the committed block and its lengths are
+  rebuilt for them with SGLang's own ``_commit_accept`` (drafts shifted left, the bonus at the
+  boundary); ``new_seq_lens`` is returned as None, which makes the step recompute it from the
+  commit lengths (what SGLang does whenever its Triton accept did not write it).
+- There is no folded accept in DFLASH (its draft graph folds the draft head only).
+- Ordering (overlap scheduler, CUDA graphs): the accept runs eagerly after the verify forward on
+  the forward stream; the ledger is read (staged writes applied first) and charged there
+  (``state/ledger_table.py``, the DSPARK/DFLASH paragraph); ``on_publish(new_seq_lens)`` follows
+  the accept.
+- Tensor parallelism: SGLang broadcasts rank 0's argmax (sync site ``DFLASH_ACCEPT_GREEDY``), not its
+  decision. ASD broadcasts its whole decision from rank 0 over the same group
+  (``verify.tp.rank_consistent``), so every rank commits rank 0's tokens and charges its regret.
+- Upstream: none yet. An accept-policy hook in ``_accept_block`` would replace these.
+- Removal: when SGLang exposes an acceptance-policy extension point for block drafters.
+- Tested on: sglang 0.5.23 (CPU).
+"""
+
+from __future__ import annotations
+
+import functools
+
+import torch
+
+from sglang_asd.sglang_seams.scheduler.arguments import NamedArguments
+from sglang_asd.sglang_seams.scheduler.verify_round import (
+    attach_round_output,
+    current_step,
+    decide_chain,
+    open_step,
+    published,
+)
+
+_MODULE = "sglang.srt.speculative.dflash_worker_v2"
+_WORKER = f"{_MODULE}.DFlashWorkerV2"
+FORWARD = f"{_WORKER}.forward_batch_generation"
+ACCEPT_BLOCK = f"{_WORKER}._accept_block"
+SKIP_VERIFY_LOGITS = f"{_WORKER}._can_skip_verify_logits"
+FORWARD_ARGS = NamedArguments(FORWARD, ("self", "batch"))
+ACCEPT_ARGS = NamedArguments(ACCEPT_BLOCK, ("candidates", "next_token_logits"))
+
+
+def check_signatures(forward_fn, accept_fn) -> None:
+    """At install: bind the hooks to SGLang's parameters; raise if one they read was renamed."""
+    FORWARD_ARGS.bind(forward_fn)
+    ACCEPT_ARGS.bind(accept_fn)
+    _commit_accept()
+
+
+def forward_batch_generation_around(original, *args, **kwargs):
+    worker, batch = FORWARD_ARGS.of(args, kwargs)
+    if batch.forward_mode.is_extend() or batch.is_extend_in_batch:
+        return original(*args, **kwargs)
+    step = open_step(batch, _accept_group(worker))
+    if step is None:
+        return original(*args, **kwargs)
+    with published(step):
+        result = original(*args, **kwargs)
+    if step.round_output is not None:
+        attach_round_output(result.logits_output, step.round_output)
+    return result
+
+
+def accept_block_around(original, *args, **kwargs):
+    accept_len, commit_lens, bonus, out_tokens, new_seq_lens = original(*args, **kwargs)
+    step = current_step()
+    candidates, logits = ACCEPT_ARGS.of(args, kwargs)
+    if step is None or logits is None:  # logits None: a step without ASD rows (``_can_skip_verify_logits``)
+        return accept_len, commit_lens, bonus, out_tokens, new_seq_lens
+    asd_len, asd_bonus, active = decide_chain(step, candidates, logits)
+    accept_len = torch.where(active, asd_len.to(accept_len.dtype), accept_len)  # [bs]
+    bonus = torch.where(active, asd_bonus.to(bonus.dtype), bonus)  # [bs]
+    asd_tokens, asd_commit = _commit_accept()(candidates, accept_len, bonus)  # [bs, B], [bs]
+    out_tokens = torch.where(active[:, None], asd_tokens.to(out_tokens.dtype), out_tokens)
+    commit_lens = torch.where(active, asd_commit.to(commit_lens.dtype), commit_lens)
+    return accept_len, commit_lens, bonus, out_tokens, None
+
+
+def skip_verify_logits_around(original, *args, **kwargs):
+    step = current_step()
+    if step is not None and step.holds_asd:
+        return False
+    return original(*args, **kwargs)
+
+
+@functools.lru_cache(maxsize=1)
+def _commit_accept():
+    """SGLang's ``_commit_accept(candidates, accept_len, bonus) -> (out_tokens, commit_lens)``."""
+    import importlib
+
+    fn = getattr(importlib.import_module(_MODULE), "_commit_accept", None)
+    if fn is None:
+        raise RuntimeError(f"sglang_asd: {_MODULE}._commit_accept is gone; this sglang_asd does not support "
+                           "this SGLang version")
+    return fn
+
+
+def _accept_group(worker):
+    """The torch process group over which SGLang broadcasts rank 0's greedy argmax, or None."""
+    from sglang.srt.speculative.spec_tp_sync import SpecTpSyncSite
+
+    try:
+        tp_sync = worker._tp_sync
+        return tp_sync._tp_group.device_group if tp_sync.enabled(SpecTpSyncSite.DFLASH_ACCEPT_GREEDY) else None
+    except AttributeError as e:
+        raise RuntimeError(f"sglang_asd: DFLASH's TP sync is not where this version reads it ({e}); "
+                           "this sglang_asd does not support this SGLang version") from e
+
+
+def hooks():
+    return [
+        (FORWARD, forward_batch_generation_around),
+        (ACCEPT_BLOCK, accept_block_around),
+        (SKIP_VERIFY_LOGITS, skip_verify_logits_around),
+    ]
