@@ -16,7 +16,9 @@ bonus is drawn from p without every child's token. The committed token is then d
     p' = a * delta_x + (1 - a) * p(. | != x),   KL(p' || p) = a log(a/q) + (1-a) log((1-a)/(1-q))
 
 (on x the ratio is a/q; on every other token it is (1-a)/(1-q)). This binary KL is the node's
-*charge*. a = q ** power: power 0 (default) gives a = 1 and charge -log q.
+*charge*. a = q ** power: power 0 gives a = 1 and charge -log q; the default 0.5 (a = sqrt q)
+buys more acceptance per nat, since the charge grows as (a - q)^2 / (2 q (1 - q)) near a = q
+(docs/SAMPLED.md has the measurement).
 
 Which node relaxes (decided from the prefix, p and the children before the coin is read):
 the request's row is on (remaining > 0, cap > 0); this block has relaxed fewer than
@@ -53,7 +55,7 @@ from sglang_asd.policy.config import check_count, shown
 SAMPLED_RULE = "asd-sampled"
 SAMPLED_RULE_VERSION = "asd-sampled-1"
 DEFAULT_SAMPLED_FLOOR = 0.3  # tau: never force a token the target gives less than this
-DEFAULT_SAMPLED_POWER = 0.0  # a = q ** power; 0: a = 1, charge -log q
+DEFAULT_SAMPLED_POWER = 0.5  # a = q ** power (sqrt q); 0: a = 1, charge -log q
 DEFAULT_SAMPLED_MAX_RELAXED = 2  # m: relaxed nodes per draft block
 
 
@@ -90,7 +92,7 @@ class SampledConfig:
     """The sampled rule's parameters (module docstring); the budget lives in the ``KLLedger``.
 
     floor: tau in (0, 1], the smallest q a relaxed child may have.
-    power: in [0, 1), the relaxed child's acceptance probability a = q ** power (0: a = 1).
+    power: in [0, 1), the relaxed child's acceptance probability a = q ** power (0: a = 1; default 0.5).
     max_relaxed_per_block: m >= 0, relaxed nodes per draft block (0: exact sampling).
     """
 

@@ -112,7 +112,7 @@ def asd_sampled_verify(
     remaining: torch.Tensor,  # [bs] float32 B - spent in nats (0 => exact row)
     floor: torch.Tensor,  # [bs] float32 tau in (0, 1] (0 => exact row)
     cap: torch.Tensor,  # [bs] int32 relaxed nodes per block (0 => exact row)
-    power: Optional[torch.Tensor] = None,  # [bs] float32 in [0, 1): a = q ** power; None: 0 (a = 1)
+    power: torch.Tensor,  # [bs] float32 in [0, 1): a = q ** power (0: a = 1)
     stop_tokens: Optional[torch.Tensor] = None,  # [bs, T] int64 -1 padded: never relaxed into
     threshold_single: float = 1.0,  # SGLang's server-wide walk thresholds (1: exact)
     threshold_acc: float = 1.0,
@@ -131,8 +131,6 @@ def asd_sampled_verify(
     retrieve_index = retrieve_index.long()
     next_token = retrieve_next_token.long()
     next_sibling = retrieve_next_sibling.long()
-    if power is None:
-        power = torch.zeros(bs, dtype=torch.float32, device=device)
     thr_acc = max(float(threshold_acc), 1e-9)
 
     parent, rank = tree_links(next_token, next_sibling)

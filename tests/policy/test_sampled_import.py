@@ -25,7 +25,7 @@ from sglang_asd.policy.sampled import KLLedger, SampledConfig
 from sglang_asd.policy.sampled_walk import sample_block
 
 ledger = KLLedger(budget=8.0)
-d = sample_block([0, 1], [1, -1], [-1, -1], [[0.5, 0.5], [0.5, 0.5]], [0.9, 0.1], 0.3, 1, ledger, SampledConfig())
+d = sample_block([0, 1], [1, -1], [-1, -1], [[0.5, 0.5], [0.5, 0.5]], [0.9, 0.1], 0.3, 1, ledger, SampledConfig(power=0.0))
 assert d.accepted == (1,) and d.relaxed and ledger.spent > 0, d
 loaded = sorted(m for m in sys.modules if m.split(".")[0] in BLOCKED)
 assert not loaded, loaded

@@ -42,7 +42,7 @@ def test_config_from_mapping_is_strict():
     with pytest.raises(ValueError, match="unknown sampled ASD setting"):
         SampledConfig.from_mapping({"flor": 0.5})
     assert SampledConfig().parameters() == {"rule": "asd-sampled", "version": "asd-sampled-1", "floor": 0.3,
-                                            "power": 0.0, "max_relaxed_per_block": 2}
+                                            "power": 0.5, "max_relaxed_per_block": 2}
 
 
 @pytest.mark.parametrize("seed", range(20))
@@ -69,7 +69,10 @@ def test_binary_kl_domain():
         binary_kl(1.0, 0.0)
 
 
-def _choose(children, remaining=8.0, block_charge=0.0, relaxed_before=0, config=SampledConfig(), stops=frozenset()):
+FULL = SampledConfig(power=0.0)  # a = 1: charge -log q
+
+
+def _choose(children, remaining=8.0, block_charge=0.0, relaxed_before=0, config=FULL, stops=frozenset()):
     return choose_relaxed_child(children, remaining=remaining, block_charge=block_charge,
                                 relaxed_before=relaxed_before, config=config, stop_tokens=stops)
 
@@ -81,7 +84,7 @@ def test_choice_takes_the_largest_q_above_the_floor():
     assert _choose([(1, 10, 0.4), (2, 11, 0.4)])[0] == 0  # ties: first in sibling order
     assert _choose(children, stops={11})[0] == 2  # never into a stop token
     assert _choose([(1, 10, 0.2)]) is None  # below the floor
-    assert _choose([(1, 10, 0.0)], config=SampledConfig(floor=1e-9)) is None  # masked (p = 0)
+    assert _choose([(1, 10, 0.0)], config=SampledConfig(floor=1e-9, power=0.0)) is None  # masked (p = 0)
     assert _choose([(1, 10, 1.0)]) is None  # q = 1: a = q, nothing to relax
     assert _choose([(1, 10, 0.5), (2, 11, 0.3), (3, 10, 0.1)]) is None  # a shared token
 
@@ -89,7 +92,7 @@ def test_choice_takes_the_largest_q_above_the_floor():
 def test_choice_respects_cap_and_budget():
     children = [(1, 10, 0.5)]
     assert _choose(children, relaxed_before=2) is None
-    assert _choose(children, config=SampledConfig(max_relaxed_per_block=0)) is None
+    assert _choose(children, config=SampledConfig(power=0.0, max_relaxed_per_block=0)) is None
     assert _choose(children, remaining=0.0) is None
     assert _choose(children, remaining=0.69) is None  # -log 0.5 = 0.693
     assert _choose(children, remaining=1.0, block_charge=0.4) is None
@@ -137,7 +140,7 @@ def test_budget_zero_walk_accepts_with_probability_q():
     """A one-token chain, budget 0: x accepted iff coin < q; budget 8: always (a = 1)."""
     probs = [[0.1, 0.6, 0.3], [0.2, 0.2, 0.6]]
     for coin, budget, accepted in [(0.59, 0.0, True), (0.61, 0.0, False), (0.99, 8.0, True)]:
-        decision = sample_block([0, 1], [1, -1], [-1, -1], probs, [coin, 0.5], 0.5, 1, KLLedger(budget), SampledConfig())
+        decision = sample_block([0, 1], [1, -1], [-1, -1], probs, [coin, 0.5], 0.5, 1, KLLedger(budget), FULL)
         assert decision.accepted == ((1,) if accepted else ())
         if not accepted:
             assert decision.bonus != 1  # the bonus is drawn from p without the rejected token

@@ -25,4 +25,4 @@ def test_sampled_verify_does_not_sync(monkeypatch, shape, K):
     with pytest.raises(AssertionError, match="Tensor.item"):
         torch.ones(1).item()  # the patch is live
     rnd.verify()
-    rnd.verify(power=None, stop_tokens=None)
+    rnd.verify(stop_tokens=None)
