@@ -24,6 +24,17 @@ def test_shapes_cover_adaptive_candidate_steps_and_ngram():
     assert server_verify_shapes(adaptive) == {(4, 3), (1, 0), (2, 1), (6, 5), (8, 7)}
 
 
+def test_block_drafters_verify_one_chain_of_their_block_width():
+    """SGLang sets ``speculative_num_steps`` to 1 for DSPARK and DFLASH: W comes from the worker."""
+    spec = SimpleNamespace(speculative_num_steps=1, speculative_num_draft_tokens=None, speculative_algorithm="DSPARK",
+                           speculative_adaptive=False, speculative_adaptive_config=None)
+    assert server_verify_shapes(spec, SimpleNamespace(verify_num_draft_tokens=4)) == {(4, 3)}
+    dflash = SimpleNamespace(**{**vars(spec), "speculative_algorithm": "DFLASH", "speculative_num_draft_tokens": 6})
+    assert server_verify_shapes(dflash, SimpleNamespace(block_size=6)) == {(6, 5)}
+    with pytest.raises(RuntimeError, match="neither verify_num_draft_tokens nor block_size"):
+        server_verify_shapes(dflash, SimpleNamespace())
+
+
 @pytest.mark.server
 @pytest.mark.parametrize("algorithm", ["eagle", "eagle_tree", "ngram"])
 def test_serving_launches_only_warmed_variants(servers, algorithm):

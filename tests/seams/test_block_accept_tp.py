@@ -126,8 +126,12 @@ def _worker(rank: int, init_method: str, outdir: str) -> None:
     from sglang_asd.sglang_seams.process import prepare_process
 
     prepare_process()
+    from sglang_asd.server_settings import ASDServerSettings
     from sglang_asd.sglang_seams import _resolve
     from sglang_asd.sglang_seams.scheduler import dflash_accept, dspark_accept
+    from sglang_asd.sglang_seams.state.runtime import set_runtime
+
+    set_runtime(ASDServerSettings())
 
     dspark_accept.check_signatures(_resolve(dspark_accept.FORWARD_DECODE), _resolve(dspark_accept.ACCEPT_DRAFT_TOKENS))
     dflash_accept.check_signatures(_resolve(dflash_accept.FORWARD), _resolve(dflash_accept.ACCEPT_BLOCK))

@@ -202,7 +202,7 @@ def test_a_kernel_variant_is_checked_once_per_call_shape(step, monkeypatch, capl
     from sglang_asd.sglang_seams.scheduler import verify_warmup
     from sglang_asd.verify.warmup import key_of_call
 
-    monkeypatch.setattr(seam, "_CHECKED_SHAPES", set())
+    monkeypatch.setattr(verify_warmup, "_CHECKED_SHAPES", set())
     keys = []
     monkeypatch.setattr(verify_warmup, "key_of_call", lambda *a: keys.append(key_of_call(*a)) or keys[-1])
     r = step.rnd

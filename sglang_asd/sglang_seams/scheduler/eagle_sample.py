@@ -73,10 +73,10 @@ from sglang.srt.speculative import eagle_utils
 
 from sglang_asd.sglang_seams.scheduler.arguments import NamedArguments
 from sglang_asd.sglang_seams.scheduler.verify_round import attach_round_output, settle_round
-from sglang_asd.sglang_seams.scheduler.verify_warmup import note_variant
+from sglang_asd.sglang_seams.scheduler.verify_warmup import check_variant
 from sglang_asd.sglang_seams.state.ledger_table import LedgerRows
 from sglang_asd.verify import ASDVerifyOutput, asd_verify
-from sglang_asd.verify.rules import needs_torch_path, rows_on
+from sglang_asd.verify.rules import rows_on
 from sglang_asd.verify.tp import rank_consistent
 
 EAGLE_SAMPLE = "sglang.srt.speculative.eagle_utils.eagle_sample"
@@ -117,8 +117,6 @@ class _VerifyStep:
 
 
 _STEP: contextvars.ContextVar[Optional[_VerifyStep]] = contextvars.ContextVar("asd_verify_step", default=None)
-# Fused-kernel call shapes already checked against the warm-up's list (verify_warmup.note_variant).
-_CHECKED_SHAPES: set = set()
 
 
 def eagle_sample_around(original, *args, **kwargs):
@@ -180,14 +178,7 @@ def _decide(step: _VerifyStep, candidates, retrieve_next_token, retrieve_next_si
     ``predict`` [bs*W], ``accept_index`` [bs, K+1], ``num_correct_drafts`` [bs] (in place), and
     leave it on ``step.decision``. ``target_predict`` [bs, W]: SGLang's argmax, or None."""
     r, logits = step.rows, step.logits
-    # The fused kernel (on CUDA) runs one compiled variant per call shape: a new shape is checked
-    # against the warm-up's list (the shape holds all that a variant key reads; bs and T create none).
-    if not needs_torch_path(step.rules_active):
-        shape = (candidates.shape[1], step.depth, logits.dtype, logits.shape[1], logits.stride(),
-                 logits.data_ptr() % 16 == 0, target_predict is None)
-        if shape not in _CHECKED_SHAPES:
-            _CHECKED_SHAPES.add(shape)
-            note_variant(candidates, logits, step.depth, r.stop_tokens, target_predict)
+    check_variant(candidates, logits, step.depth, r.stop_tokens, target_predict, step.rules_active)
     out = asd_verify(
         candidates,
         logits,

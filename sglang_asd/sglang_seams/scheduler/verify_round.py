@@ -32,6 +32,7 @@ import torch
 
 from sglang.srt.managers.auxiliary_output import append_auxiliary_output
 
+from sglang_asd.sglang_seams.scheduler.verify_warmup import check_variant
 from sglang_asd.sglang_seams.state.ledger_table import ASDLedgerTable, LedgerRows
 from sglang_asd.sglang_seams.state.round_output import ASDRoundOutput
 from sglang_asd.verify import ASDVerifyOutput, asd_verify
@@ -121,6 +122,7 @@ def decide_chain(step: BlockStep, candidates: torch.Tensor, logits: torch.Tensor
     r = step.table.begin_verify(step.rows)
     active = rows_on(r.remaining, r.gate, r.cap, r.rule)
     next_token, next_sibling = chain_links(bs, W, candidates.device, verify_lens)
+    check_variant(candidates, logits, K, r.stop_tokens, None, step.table.rules_active)
     out = asd_verify(candidates, logits, next_token, next_sibling, r.remaining, r.gate, r.cap, K,
                      stop_tokens=r.stop_tokens, rule=r.rule, rules_present=step.table.rules_active,
                      tree_depth_gate=verify_lens is not None)
