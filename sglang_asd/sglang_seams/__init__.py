@@ -122,8 +122,7 @@ def install_cpu_path_hooks() -> list[tuple[str, Callable]]:
     if hooks or drafters:
         preload = ("sglang.srt.managers.scheduler",) + (block_drafters.SCHEDULER_PRELOAD if drafters else ())
         _register_and_apply(hooks + drafters, preload=preload)
-        bindings = [(m, "validate_domino_runtime") for m in block_drafters.VALIDATE_DOMINO_BINDINGS] if drafters else []
-        check_installed([t for t, _ in hooks + drafters], bindings=bindings)
+        check_installed([t for t, _ in hooks + drafters])
     if drafters:
         block_drafters.add_draft_backend()
         block_drafters.check_draft_backend()
