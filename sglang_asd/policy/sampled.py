@@ -32,7 +32,9 @@ The guarantee, by the chain rule of KL. Let P be the law of a request's whole tr
 (drafts, committed tokens) under exact speculative sampling and Q under this rule, on the same
 drafter. Both are sequential: each step draws from a kernel given the history h. Drafter steps
 and non-relaxed nodes have the same kernel under P and Q; a relaxed node's committed token has
-kernel p' under Q and p under P. The decision to relax, the node's p and x and the remaining
+kernel p' under Q and p under P (a node's step is its whole sibling walk and bonus; its outcome,
+the committed token, also names the accepted child as sibling tokens are distinct; a node's coin
+is read by its own step only). The decision to relax, the node's p and x and the remaining
 budget are functions of h alone, so KL(Q || P) = E_Q[sum over steps of KL(Q(.|h) || P(.|h))] =
 E_Q[sum of the charges booked along the trajectory]. The expectation is under Q: relaxing
 changes which prefixes occur later, but the ledger books at most B on EVERY trajectory, so the
