@@ -116,10 +116,15 @@ def asd_sampled_verify(
     stop_tokens: Optional[torch.Tensor] = None,  # [bs, T] int64 -1 padded: never relaxed into
     threshold_single: float = 1.0,  # SGLang's server-wide walk thresholds (1: exact)
     threshold_acc: float = 1.0,
+    max_children: Optional[int] = None,  # host-known bound on any node's children (EAGLE: topk); None: W - 1
 ) -> SampledVerifyOutput:
     """Walk every row's draft tree (``policy.sampled_walk.sample_block``), write the accepted path
     into ``predicts`` / ``accept_index`` / ``accept_token_num`` as SGLang's kernel does, and
-    return the relaxation receipts. The caller subtracts ``spent`` from each row's ledger."""
+    return the relaxation receipts. The caller subtracts ``spent`` from each row's ledger.
+
+    ``max_children`` bounds the sibling loop of each level (K * max_children steps in all): pass
+    EAGLE's topk (1 for chains); a node with more children than that would have its later
+    children never tried, so a wrong bound is a caller bug."""
     bs, W = candidates.shape
     S = accept_index.shape[1]
     K = S - 1
@@ -132,6 +137,9 @@ def asd_sampled_verify(
     next_token = retrieve_next_token.long()
     next_sibling = retrieve_next_sibling.long()
     thr_acc = max(float(threshold_acc), 1e-9)
+    siblings = W - 1 if max_children is None else max_children
+    if max_children is not None and not (isinstance(max_children, int) and 1 <= max_children <= max(W - 1, 1)):
+        raise ValueError(f"max_children must be an integer in [1, max(W - 1, 1) = {max(W - 1, 1)}], got {max_children!r}")
 
     parent, rank = tree_links(next_token, next_sibling)
     best, q64, a64, charge64 = _relax_choice(candidates, target_probs, parent, rank, floor, power, stop_tokens)
@@ -172,7 +180,7 @@ def asd_sampled_verify(
         searching = alive & (cur >= 0) & ~take_relaxed
         taken_node = torch.where(take_relaxed, j, -1)
         prob_acc = torch.zeros(bs, dtype=target_probs.dtype, device=device)
-        for _ in range(W):
+        for _ in range(siblings):
             idx = cur.clamp(min=0)
             tok = candidates.gather(1, idx[:, None]).squeeze(1)
             q = target_probs[rows, node, tok]

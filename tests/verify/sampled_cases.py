@@ -63,13 +63,25 @@ class SampledRound:
             self.coins, self.final_coins, self.probs, torch.zeros_like(self.probs), threshold_single, threshold_acc)
         return predicts, accept_index, num
 
-    def verify(self, threshold_single: float = 1.0, threshold_acc: float = 1.0, **overrides):
+    def max_children(self) -> int:
+        """The most children any node has (host-side: what EAGLE's topk bounds)."""
+        most = 1
+        for row in range(self.bs):
+            nt, ns = self.next_token[row].tolist(), self.next_sibling[row].tolist()
+            for n in range(self.W):
+                count, child = 0, nt[n]
+                while child != -1:
+                    count, child = count + 1, ns[child]
+                most = max(most, count)
+        return most
+
+    def verify(self, threshold_single: float = 1.0, threshold_acc: float = 1.0, max_children=None, **overrides):
         predicts, accept_index, num = self.buffers()
         rows = {k: overrides.get(k, getattr(self, k)) for k in ("remaining", "floor", "cap", "power", "stop_tokens")}
         out = asd_sampled_verify(predicts, accept_index, num, self.candidates, self.retrieve_index, self.next_token,
                                  self.next_sibling, self.coins, self.final_coins, self.probs, rows["remaining"],
                                  rows["floor"], rows["cap"], rows["power"], rows["stop_tokens"],
-                                 threshold_single, threshold_acc)
+                                 threshold_single, threshold_acc, max_children)
         return predicts, accept_index, num, out
 
     def reference(self, b: int, threshold_single: float = 1.0, threshold_acc: float = 1.0):

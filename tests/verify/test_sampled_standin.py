@@ -59,3 +59,17 @@ def test_exact_rows_beside_relaxed_rows(shape):
     _assert_same(got, rnd.standin(), rows=exact)
     unrelaxed = ~got[3].relaxed.any(dim=1)  # rows with a budget that relaxed nothing walk as SGLang does too
     _assert_same(got, rnd.standin(), rows=unrelaxed)
+
+
+@pytest.mark.parametrize("shape", ["chain", "tree"])
+def test_a_tight_sibling_bound_changes_nothing(shape):
+    rnd = make_sampled_round(13, bs=64, K=4, shape=shape, budget="mixed")
+    bound = rnd.max_children()
+    assert shape == "tree" or bound == 1
+    full, tight = rnd.verify(), rnd.verify(max_children=bound)
+    for a, b in zip(full[:3], tight[:3]):
+        assert torch.equal(a, b)
+    for name in ("spent", "relaxed", "relaxed_token", "relaxed_charge", "relaxed_accepted"):
+        assert torch.equal(getattr(full[3], name), getattr(tight[3], name)), name
+    with pytest.raises(ValueError, match="max_children must be an integer in"):
+        rnd.verify(max_children=0)
