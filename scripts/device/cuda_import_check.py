@@ -28,7 +28,7 @@ ROOT = pathlib.Path(__file__).resolve().parents[2]
 sys.path[:0] = [str(ROOT / "scripts" / "device"), str(ROOT)]
 
 # The modules a scheduler, tokenizer manager and HTTP server import to serve Llama-family targets with
-# EAGLE / EAGLE3 / STANDALONE / NGRAM, the Triton attention backend and CUDA graphs.
+# EAGLE / EAGLE3 / STANDALONE / NGRAM / DSPARK / DFLASH, the Triton attention backend and CUDA graphs.
 MODULES = [
     "sglang.srt.entrypoints.http_server",
     "sglang.srt.managers.scheduler",
@@ -47,6 +47,11 @@ MODULES = [
     "sglang.srt.speculative.eagle_worker_v2",
     "sglang.srt.speculative.standalone_worker_v2",
     "sglang.srt.speculative.ngram_worker",
+    "sglang.srt.speculative.dspark_components.dspark_worker_v2",
+    "sglang.srt.speculative.dspark_components.dspark_verify",
+    "sglang.srt.speculative.dflash_worker_v2",
+    "sglang.srt.models.dspark",
+    "sglang.srt.models.dflash",
     "sglang.srt.speculative.eagle_draft_cuda_graph_runner",
     "sglang.srt.speculative.eagle_draft_extend_cuda_graph_runner",
     "sglang.kernels.ops.speculative.reconstruct_tree",
@@ -90,6 +95,10 @@ def fake_cuda() -> None:
 # What a resolved server must keep on: SGLang's GPU defaults the e2e run is about.
 KEPT_ON = {"disable_cuda_graph": False, "disable_overlap_schedule": False, "disable_radix_cache": False,
            "attention_backend": "triton", "device": "cuda"}
+# Block drafters: the draft's attention backend must resolve to Triton (None: the draft worker takes
+# the target's, Triton), never to SGLang's CUDA fallback FlashInfer, which the kit does not carry.
+BLOCK_DRAFTERS = ("DSPARK", "DFLASH")
+DRAFT_BACKENDS_OK = (None, "triton")
 
 
 def resolve_servers() -> dict:
@@ -109,6 +118,9 @@ def resolve_servers() -> dict:
             wrong = {k: getattr(args, k, None) for k, v in KEPT_ON.items() if getattr(args, k, None) != v}
             if "--speculative-adaptive" in argv and not args.speculative_adaptive:
                 wrong["speculative_adaptive"] = False
+            if args.speculative_algorithm in BLOCK_DRAFTERS and \
+                    args.speculative_draft_attention_backend not in DRAFT_BACKENDS_OK:
+                wrong["speculative_draft_attention_backend"] = args.speculative_draft_attention_backend
             out[name] = wrong
         except Exception as e:
             out[name] = {"error": f"{type(e).__name__}: {e}"[:400]}

@@ -118,3 +118,32 @@ def test_the_cuda_stand_in_travels_with_the_working_tree():
     if p.returncode == 128:
         pytest.skip("not a git checkout")
     assert p.returncode == 1 and not p.stdout, f"ignored, so never carried: {p.stdout}"
+
+
+def test_strip_keeps_the_serving_path_of_every_e2e_drafter():
+    """No strip rule removes a module of the CUDA serving path step 0 imports (EAGLE, NGRAM, DSPARK,
+    DFLASH workers and draft models included) or the parents of a kept file."""
+    import cuda_import_check
+
+    for module in cuda_import_check.MODULES:
+        parts = module.split(".")
+        for depth in range(1, len(parts) + 1):
+            rel = "/".join(parts[:depth]) + ("" if depth < len(parts) else ".py")
+            assert not any(pack._matches(rel, p) for p, _ in pack.STRIP), rel
+    assert {"sglang.srt.speculative.dspark_components.dspark_worker_v2", "sglang.srt.speculative.dflash_worker_v2",
+            "sglang.srt.models.dspark", "sglang.srt.models.dflash"} <= set(cuda_import_check.MODULES)
+
+
+def test_the_tiny_fixture_builders_travel_with_the_working_tree():
+    """The device builds the tiny models (block drafts included) from the project's own code: the
+    builders are in the working tree the run tool carries (not git-ignored), not in the pack."""
+    files = [ROOT / "sglang_asd/fixtures" / name for name in
+             ("__main__.py", "registry.py", "tiny.py", "tiny_llama.py", "eagle_heads.py", "block_drafts.py")]
+    assert all(f.is_file() for f in files), [str(f) for f in files if not f.is_file()]
+    try:
+        p = subprocess.run(["git", "check-ignore", *map(str, files)], cwd=ROOT, capture_output=True, text=True)
+    except FileNotFoundError:
+        pytest.skip("git is not installed")
+    if p.returncode == 128:
+        pytest.skip("not a git checkout")
+    assert p.returncode == 1 and not p.stdout, f"ignored, so never carried: {p.stdout}"
