@@ -14,8 +14,11 @@ is recorded as ``skipped: time``):
   0        SGLang's CUDA serving path imports with the kit's sgl_kernel stand-in
   1a / 1b  EAGLE chain / EAGLE3 tree (topk 2): budget 0 == stock SGLang token for token,
            --enable-deterministic-inference, 32 concurrent requests
-  2_eagle / 2_ngram  slot churn: 400 short requests ending on stop tokens, budgets 64 / 0.5 / 8:
-           every receipt spent <= budget and its events' regrets sum to spent
+  1c / 1d  the same for DSPARK (gamma 3) / DFLASH (block 4), noisy tiny drafts on tiny-llama-bigram
+  1e       exact DSPARK and DFLASH drafts: ASD rows (budget 8) accept whole blocks
+  2_eagle / 2_ngram / 2_dspark / 2_dflash  slot churn: 400 short requests ending on stop tokens,
+           budgets 64 / 0.5 / 8: every receipt spent <= budget, its events' regrets sum to spent,
+           every event at an output position
   3        temperature-0.8 rows mixed with greedy ASD rows in one batch
   4        --speculative-adaptive, batch 16, ASD rows: no crash
   5        SGLANG_CRASH_ON_TRITON_LOAD_AFTER_READY=1: no Triton kernel loaded after ready
@@ -23,6 +26,8 @@ is recorded as ``skipped: time``):
   6        verify-step overhead at Llama-3.1-8B's shape (synthetic weights), strict vs budget 8, bs 1/8/32
   7        scripts/device_verify_bench.py, if time is left
 Servers of steps 0-5 start in parallel at the beginning; each is stopped after its last step.
+Steps run at once in two groups (``TOGETHER``): the identity steps 1a-1e, and the churn steps
+2_eagle-2_dflash; each step is still recorded on its own as it ends.
 """
 
 from __future__ import annotations
@@ -46,8 +51,13 @@ PLAN = {
     "0": ((), 30, "CUDA import path with the stand-in"),
     "1a": (("stock_eagle_chain", "asd_eagle_chain"), 45, "EAGLE chain: budget 0 == stock"),
     "1b": (("stock_eagle3_tree", "asd_eagle3_tree"), 45, "EAGLE3 tree: budget 0 == stock"),
+    "1c": (("stock_dspark", "asd_dspark"), 45, "DSPARK: budget 0 == stock"),
+    "1d": (("stock_dflash", "asd_dflash"), 45, "DFLASH: budget 0 == stock"),
+    "1e": (("asd_dspark_exact", "asd_dflash_exact"), 30, "DSPARK, DFLASH exact drafts: whole blocks accepted"),
     "2_eagle": (("asd_eagle_chain",), 40, "slot churn, EAGLE: receipts"),
     "2_ngram": (("asd_ngram",), 40, "slot churn, NGRAM: receipts"),
+    "2_dspark": (("asd_dspark",), 40, "slot churn, DSPARK: receipts"),
+    "2_dflash": (("asd_dflash",), 40, "slot churn, DFLASH: receipts"),
     "3": (("asd_eagle_chain",), 30, "mixed sampled + ASD rows"),
     "4": (("asd_adaptive",), 40, "--speculative-adaptive, bs 16"),
     "5": (("asd_triton_watch",), 40, "no Triton load after ready"),
@@ -55,6 +65,24 @@ PLAN = {
     "6": (("asd_llama31_8b_shape",), 170, "verify overhead at Llama-3.1-8B shape"),
     "7": ((), 90, "verify-kernel bench"),
 }
+# Steps that run at once when selected together, each on its own servers (a step reads only its own
+# servers' answers and logs). Tiny models leave the GPU mostly idle and the servers all start at the
+# beginning, so a group costs the run about its longest member: with DSPARK and DFLASH added, run one
+# after the other, the identity and churn steps would push step 6 past the time budget.
+TOGETHER = (("1a", "1b", "1c", "1d", "1e"), ("2_eagle", "2_ngram", "2_dspark", "2_dflash"))
+
+
+def groups(selected) -> list[list[str]]:
+    """``selected`` (in PLAN order) cut into what runs at once: a TOGETHER group's selected members,
+    or a step alone."""
+    out = []
+    for s in selected:
+        group = next((g for g in TOGETHER if s in g), None)
+        if out and group is not None and out[-1][0] in group:
+            out[-1].append(s)
+        else:
+            out.append([s])
+    return out
 
 
 def parse_args(argv=None):
@@ -119,7 +147,8 @@ def dry_run(args, out: pathlib.Path) -> int:
 
 
 def plan_json(selected, specs) -> list:
-    return [{"step": s, "checks": PLAN[s][2], "min_left_s": PLAN[s][1],
+    runs_with = {s: [t for t in g if t != s] for g in groups(selected) for s in g}
+    return [{"step": s, "checks": PLAN[s][2], "min_left_s": PLAN[s][1], "runs_with": runs_with[s],
              "servers": [{"name": n, "module": specs[n].module, "argv": specs[n].argv(), "env": dict(specs[n].env)}
                          for n in PLAN[s][0]]} for s in selected]
 
@@ -171,8 +200,9 @@ def main(argv=None) -> int:
     except Exception as e:
         rec.add("setup", False, 0.0, {}, f"{type(e).__name__}: {e}")
         return summary(rec.report)
-    pool = lib.ServerPool(log_dir, args.start_timeout_s, dict(os.environ), parallel=2 if args.cpu else 8)
+    pool = lib.ServerPool(log_dir, args.start_timeout_s, dict(os.environ), parallel=2 if args.cpu else 16)
     last_use = {n: s for s in args.steps for n in PLAN[s][0]}
+    draft_backend = "intel_amx" if args.cpu else "triton"  # what the block drafters' draft runner uses
     for name in specs:  # steps 0-5's servers start together; step 6's waits for the GPU to be free
         if name != "asd_llama31_8b_shape":
             pool.start(specs[name])
@@ -180,8 +210,13 @@ def main(argv=None) -> int:
         "0": lambda: steps.import_check(out),
         "1a": lambda: steps.identity(pool, "stock_eagle_chain", "asd_eagle_chain"),
         "1b": lambda: steps.identity(pool, "stock_eagle3_tree", "asd_eagle3_tree"),
+        "1c": lambda: steps.block_identity(pool, "stock_dspark", "asd_dspark", draft_backend),
+        "1d": lambda: steps.block_identity(pool, "stock_dflash", "asd_dflash", draft_backend),
+        "1e": lambda: steps.exact_drafts(pool, n=4 if args.cpu else 16),
         "2_eagle": lambda: steps.churn(pool, "asd_eagle_chain", n=60 if args.cpu else 400),
         "2_ngram": lambda: steps.churn(pool, "asd_ngram", n=60 if args.cpu else 400),
+        "2_dspark": lambda: steps.churn(pool, "asd_dspark", n=60 if args.cpu else 400),
+        "2_dflash": lambda: steps.churn(pool, "asd_dflash", n=60 if args.cpu else 400),
         "3": lambda: steps.mixed_sampling(pool),
         "4": lambda: steps.adaptive(pool),
         "5": lambda: steps.triton_watch(pool),
@@ -190,10 +225,10 @@ def main(argv=None) -> int:
         "7": lambda: verify_bench(out, budget),
     }
     try:
-        for s in args.steps:
-            lib.run_step(rec, s, runners[s], budget, PLAN[s][1])
+        for group in groups(args.steps):
+            lib.run_steps_together(rec, [(s, runners[s], PLAN[s][1]) for s in group], budget)
             for name, last in list(last_use.items()):
-                if last == s:
+                if last in group:
                     pool.stop(name)
             lib.pack_logs(log_dir, out)
     finally:

@@ -50,7 +50,8 @@ rm -rf /tmp/asd-e2e-logs && mkdir -p /tmp/asd-e2e-logs   # this call's logs only
 #    while the tiny fixtures are built from code (cached while warm).
 "$PY" -m compileall -q -j 0 /tmp/asd-site/sglang "$PWD/sglang_asd" > /tmp/asd-e2e-logs/compileall.log 2>&1 &
 compile_pid=$!
-"$PY" -m sglang_asd.fixtures build tiny-llama tiny-eagle-noisy tiny-eagle3-noisy > /tmp/asd-e2e-logs/fixtures.log 2>&1 \
+"$PY" -m sglang_asd.fixtures build tiny-llama tiny-eagle-noisy tiny-eagle3-noisy tiny-llama-bigram \
+  tiny-dspark-noisy tiny-dspark-exact tiny-dflash-noisy tiny-dflash-exact > /tmp/asd-e2e-logs/fixtures.log 2>&1 \
   || { echo "[e2e.sh] fixture build failed:"; tail -20 /tmp/asd-e2e-logs/fixtures.log; }
 wait "$compile_pid"   # only it: a bare wait would also wait for the tee above, forever
 echo "[e2e.sh] setup done in $(( $(date +%s) - t0 )) s"

@@ -27,7 +27,7 @@ from sglang_asd.testing.server import LaunchedServer
 
 # What every tiny-model server on the GPU runs with. SGLang's defaults stay on (overlap scheduler,
 # CUDA graphs, radix cache); the kernel supply is the kit's (docs/GPU.md): Triton attention, the
-# PyTorch sampler. Seven servers share the H200 and start at once: SGLang sizes the KV pool from the
+# PyTorch sampler. Thirteen servers share the GPU and start at once: SGLang sizes the KV pool from the
 # memory free when a server starts times --mem-fraction-static, so a small fraction would go
 # negative as the others allocate; a generous one is harmless because --max-total-tokens caps the
 # pool (200k tokens of a 2-layer model: ~100 MB). Decode graphs are captured up to batch 64.
@@ -44,8 +44,25 @@ EAGLE3_TREE = ["--model-path", "fixture:tiny-llama", "--speculative-algorithm", 
                "--speculative-num-draft-tokens", "6", "--speculative-eagle-topk", "2"]
 NGRAM = ["--model-path", "fixture:tiny-llama", "--speculative-algorithm", "NGRAM",
          "--speculative-num-draft-tokens", "4"]
+# SGLang's block drafters on the bigram target their tiny drafts are built for
+# (``sglang_asd.fixtures.block_drafts``): DSPARK gamma 3 (verify window 4), DFLASH block 4. Both
+# resolve their draft attention backend to the target's (Triton), and SGLang's own default
+# --max-running-requests for them (48).
+TINY_BLOCK_TARGET = ["--model-path", "fixture:tiny-llama-bigram"]
+DSPARK_BLOCK = ["--speculative-algorithm", "DSPARK", "--speculative-dspark-block-size", "3"]
+DFLASH_BLOCK = ["--speculative-algorithm", "DFLASH", "--speculative-num-draft-tokens", "4"]
+
+
+def block_drafter(algo: str, relation: str = "noisy") -> list[str]:
+    """Serve arguments of a tiny block draft (``algo`` dspark / dflash) with its bigram target."""
+    return TINY_BLOCK_TARGET + (DSPARK_BLOCK if algo == "dspark" else DFLASH_BLOCK) + [
+        "--speculative-draft-model-path", f"fixture:tiny-{algo}-{relation}"]
+
+
 DETERMINISTIC = ["--enable-deterministic-inference"]
-TINY_FIXTURES = ["tiny-llama", "tiny-eagle-noisy", "tiny-eagle3-noisy"]
+# What scripts/device_e2e.sh builds on the device (and prevalidate.sh here) before the run.
+TINY_FIXTURES = ["tiny-llama", "tiny-eagle-noisy", "tiny-eagle3-noisy", "tiny-llama-bigram",
+                 "tiny-dspark-noisy", "tiny-dspark-exact", "tiny-dflash-noisy", "tiny-dflash-exact"]
 VOCAB = 2048  # tiny tokenizer; ids below 5 are special
 KIT_DIR = pathlib.Path(__file__).resolve().parent  # scripts/device, home of the CUDA stand-in ``cuda_standin``
 
@@ -135,6 +152,17 @@ def run_step(rec: Recorder, name: str, fn: Callable[[], dict], budget: Budget, m
     except Exception as e:
         return rec.add(name, False, time.monotonic() - t0, {"traceback": traceback.format_exc()[-4000:]},
                        f"{type(e).__name__}: {e}"[:2000])
+
+
+def run_steps_together(rec: Recorder, items: list, budget: Budget) -> list[dict]:
+    """``items`` = ``[(name, fn, min_left_s)]`` run at once, one thread each (one alone runs here);
+    each is recorded on its own as it ends, exactly as :func:`run_step` records it."""
+    if len(items) == 1:
+        return [run_step(rec, *items[0][:2], budget, items[0][2])]
+    log(f"steps {', '.join(n for n, _, _ in items)} at once ...")
+    with cf.ThreadPoolExecutor(max_workers=len(items), thread_name_prefix="step") as ex:
+        futures = [ex.submit(run_step, rec, name, fn, budget, min_left) for name, fn, min_left in items]
+        return [f.result() for f in futures]
 
 
 class ServerPool:

@@ -1,5 +1,6 @@
 """Steps 0-5 of the GPU end-to-end run, one function each; each returns its details dict
-(``ok`` and ``error`` keys are taken out by ``e2e_lib.run_step``).
+(``ok`` and ``error`` keys are taken out by ``e2e_lib.run_step``). The block drafters (DSPARK,
+DFLASH) have their own identity, exact-draft and churn steps (1c, 1d, 1e, 2_dspark, 2_dflash).
 
 Servers (``SERVERS``) are tiny fixtures (float32, ``e2e_lib.GPU_COMMON``) started in parallel at the
 beginning of the run; the steps that share a server say so.
@@ -15,7 +16,7 @@ import subprocess
 import sys
 
 from e2e_lib import (DETERMINISTIC, EAGLE3_TREE, EAGLE_CHAIN, GPU_COMMON, NGRAM, ServerPool, ServerSpec,
-                     generate, generate_many, grep_log, healthy, prompts, receipt)
+                     block_drafter, generate, generate_many, grep_log, healthy, prompts, receipt)
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 
@@ -42,6 +43,14 @@ def make_servers(common: list, deterministic: bool = True) -> dict:
         "asd_adaptive": spec("asd_adaptive", EAGLE_CHAIN + ["--speculative-adaptive"]),
         "asd_triton_watch": spec("asd_triton_watch", EAGLE_CHAIN,
                                  env=(("SGLANG_CRASH_ON_TRITON_LOAD_AFTER_READY", "1"),)),
+        # Block drafters, noisy drafts: identity (stock + ASD, deterministic) and churn (the ASD one).
+        "stock_dspark": spec("stock_dspark", block_drafter("dspark") + DETERMINISTIC, stock=True),
+        "asd_dspark": spec("asd_dspark", block_drafter("dspark") + DETERMINISTIC),
+        "stock_dflash": spec("stock_dflash", block_drafter("dflash") + DETERMINISTIC, stock=True),
+        "asd_dflash": spec("asd_dflash", block_drafter("dflash") + DETERMINISTIC),
+        # Exact drafts (every draft token is the target's argmax): ASD rows accept whole blocks.
+        "asd_dspark_exact": spec("asd_dspark_exact", block_drafter("dspark", "exact")),
+        "asd_dflash_exact": spec("asd_dflash_exact", block_drafter("dflash", "exact")),
     }
 
 
@@ -92,6 +101,26 @@ def identity(pool: ServerPool, stock_name: str, asd_name: str, n: int = 32, max_
                                                             "asd_no_budget": _ids(none)[first]}}
 
 
+DRAFT_RUNNER = ("draft runner. attention_backend=",)  # SGLang's DSpark / DFLASH start-up line
+
+
+def block_identity(pool: ServerPool, stock_name: str, asd_name: str, backend: str = "triton") -> dict:
+    """Steps 1c / 1d: :func:`identity` for a block drafter (DSPARK, DFLASH), plus what its logs say
+    of the path taken: the draft runner's attention backend (``backend``: Triton, the kit's supply;
+    ``intel_amx`` on CPU) and the ASD server's lines about CUDA graphs (captures; SGLang folds the
+    draft's proposal into the draft graph). SGLang logs nothing about the verify accept: with a dense
+    draft and a Llama target, DSPARK's static path accepts eagerly after the verify graph (its
+    in-graph accept epilogue is for compact mode or a DeepSeek-V4.1 target with a MoE draft)."""
+    res = identity(pool, stock_name, asd_name)
+    log_path = pool.log_dir / f"{asd_name}.log"
+    runner = grep_log(log_path, DRAFT_RUNNER, limit=2)
+    res["draft_runner"] = runner
+    res["graph_log"] = grep_log(log_path, ("cuda graph", "Cuda graph", "CUDA graph"), limit=8)
+    if res["ok"] and runner and not all(f"attention_backend={backend}" in ln for ln in runner):
+        res.update(ok=False, error=f"draft attention backend is not {backend}: {runner[0][-200:]}")
+    return res
+
+
 def _stop_token_per_request(url: str, prompts_: list, concurrency: int) -> list[int]:
     """For each prompt, a token of its own budget-0 greedy continuation, 4-60 tokens in: stopping on
     it ends the request there (SGLang finishes a matched stop token exactly like EOS), so requests
@@ -106,7 +135,9 @@ def _stop_token_per_request(url: str, prompts_: list, concurrency: int) -> list[
 
 
 def check_receipts(answers: list[dict], budgets: list[float]) -> dict:
-    """Every receipt: spent <= budget, events' regrets sum to spent, counts consistent."""
+    """Every receipt: spent <= budget, events' regrets sum to spent, counts consistent, every event at
+    an output position (increasing, inside the output, the token emitted there is its draft and not
+    its target)."""
     bad, stats = [], collections.Counter()
     for i, (a, b) in enumerate(zip(answers, budgets)):
         if "error" in a:
@@ -132,6 +163,15 @@ def check_receipts(answers: list[dict], budgets: list[float]) -> dict:
                 problems.append(f"{len(events)} events but {r.get('exceptions')} exceptions")
         else:
             stats["truncated"] += 1
+        out = a.get("output_ids") or []
+        positions = [int(e["pos"]) for e in events]
+        if positions != sorted(set(positions)):
+            problems.append(f"event positions not increasing: {positions[:12]}")
+        off = [e for e in events if not 0 <= int(e["pos"]) < len(out) or out[int(e["pos"])] != e["draft"]
+               or e["draft"] == e["target"]]
+        if off:
+            problems.append(f"{len(off)} of {len(events)} events not at an output position "
+                            f"({len(out)} output tokens), first {off[0]}")
         if problems:
             bad.append({"i": i, "budget": b, "problems": problems})
     return {"violations": bad[:20], "n_violations": len(bad), **stats}
@@ -152,6 +192,35 @@ def churn(pool: ServerPool, name: str, n: int = 400, concurrency: int = 64) -> d
     err = None if not res["n_violations"] else f"{res['n_violations']} receipts violate the ledger"
     return {"ok": err is None and healthy(url), "error": err or (None if healthy(url) else "server not healthy"),
             "server": name, "requests": n, "concurrency": concurrency, "start_s": start_s, **res}
+
+
+def exact_drafts(pool: ServerPool, names=("asd_dspark_exact", "asd_dflash_exact"), n: int = 16,
+                 max_new: int = 41) -> dict:
+    """Step 1e: drafts that reproduce the target (``tiny-dspark-exact``, ``tiny-dflash-exact``): ``n``
+    concurrent greedy ASD rows (budget 8) per server accept whole blocks (accept rate >= 0.9 per
+    request, >= 0.95 on average: float32 on the GPU may flip a near-tie), receipts hold."""
+    per, problems = {}, []
+    for name in names:
+        url, start_s = pool.url(SERVERS[name])
+        jobs = [{"input_ids": p, "sampling": {"temperature": 0, "max_new_tokens": max_new, "ignore_eos": True,
+                                              "asd_budget": 8}} for p in prompts(n, seed=53)]
+        answers = generate_many(url, jobs, concurrency=n)
+        res = check_receipts(answers, [8.0] * n)
+        rates = [(a.get("meta_info") or {}).get("spec_accept_rate") for a in answers if "error" not in a]
+        rates = [float(r) for r in rates if r is not None]
+        mean = sum(rates) / len(rates) if rates else 0.0
+        per[name] = {"start_s": start_s, "requests": n, "mean_accept_rate": round(mean, 4),
+                     "min_accept_rate": round(min(rates), 4) if rates else None,
+                     "accept_lengths": sorted({round((a.get("meta_info") or {}).get("spec_accept_length") or 0, 2)
+                                               for a in answers})[:10], **res}
+        if res["n_violations"]:
+            problems.append(f"{name}: {res['n_violations']} receipts violate the ledger")
+        if res.get("applied", 0) != n:
+            problems.append(f"{name}: {res.get('applied', 0)}/{n} receipts applied")
+        if len(rates) != n or mean < 0.95 or min(rates) < 0.9:
+            problems.append(f"{name}: accept rate mean {mean:.3f}, min {min(rates) if rates else None} "
+                            f"over {len(rates)}/{n} requests (exact draft: 1.0)")
+    return {"ok": not problems, "error": "; ".join(problems) or None, **per}
 
 
 def mixed_sampling(pool: ServerPool, n: int = 32) -> dict:

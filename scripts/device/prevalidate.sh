@@ -26,6 +26,7 @@ export SGLANG_UNIFIED_RADIX_TREE_CORE_BACKEND=python   # as on the device (the R
 print('[prevalidate] sglang', sglang.__version__, 'torch', torch.__version__, 'serving imports OK')"
 "$P" -W ignore scripts/device/cuda_import_check.py --fake-cuda --json /tmp/asd-prevalidate-import.json >/dev/null
 echo "[prevalidate] CUDA serving path imports with the stand-in (/tmp/asd-prevalidate-import.json)"
-"$P" -W ignore -m sglang_asd.fixtures build tiny-llama tiny-eagle-noisy tiny-eagle3-noisy >/dev/null
+"$P" -W ignore -m sglang_asd.fixtures build tiny-llama tiny-eagle-noisy tiny-eagle3-noisy tiny-llama-bigram \
+  tiny-dspark-noisy tiny-dspark-exact tiny-dflash-noisy tiny-dflash-exact >/dev/null
 "$P" -W ignore scripts/device_e2e.py --cpu --out "${OUT:-/tmp/asd-prevalidate}" --logs /tmp/asd-prevalidate-logs \
-  --steps "${STEPS:-1a,1b,2_eagle,2_ngram,3,5,standin,6}" --budget-s 3600 --start-timeout-s 900
+  --steps "${STEPS:-1a,1b,1c,1d,1e,2_eagle,2_ngram,2_dspark,2_dflash,3,5,standin,6}" --budget-s 3600 --start-timeout-s 900
