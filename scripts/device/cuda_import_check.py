@@ -99,12 +99,15 @@ KEPT_ON = {"disable_cuda_graph": False, "disable_overlap_schedule": False, "disa
 # the target's, Triton), never to SGLang's CUDA fallback FlashInfer, which the kit does not carry.
 BLOCK_DRAFTERS = ("DSPARK", "DFLASH")
 DRAFT_BACKENDS_OK = (None, "triton")
+BLOCK_WINDOW = 4  # verify window of the tiny block drafts: DSPARK gamma 3 + 1, DFLASH block 4
 
 
 def resolve_servers() -> dict:
     """Resolve every tiny-model server of the e2e run with SGLang's own argument pipeline
-    (``prepare_server_args``, after sglang-asd's launcher): SGLang accepts each configuration and
-    keeps CUDA graphs, the overlap scheduler and the radix cache on. Returns name -> problems."""
+    (``prepare_server_args`` after sglang-asd's launcher, then ``resolve_once``: the per-algorithm
+    handlers, deterministic inference, platform defaults, as a launch does): SGLang accepts each
+    configuration and keeps CUDA graphs, the overlap scheduler and the radix cache on. Returns
+    name -> problems (the resolved value of each field that is not as required)."""
     import e2e_steps
 
     from sglang.srt.server_args import prepare_server_args
@@ -115,12 +118,18 @@ def resolve_servers() -> dict:
         try:
             _, argv = build_argv(spec.argv())
             args = prepare_server_args(argv)
-            wrong = {k: getattr(args, k, None) for k, v in KEPT_ON.items() if getattr(args, k, None) != v}
-            if "--speculative-adaptive" in argv and not args.speculative_adaptive:
+            args.resolve_once()
+            got = args.resolved_dict()
+            wrong = {k: got.get(k) for k, v in KEPT_ON.items() if got.get(k) != v}
+            if "--speculative-adaptive" in argv and not got.get("speculative_adaptive"):
                 wrong["speculative_adaptive"] = False
-            if args.speculative_algorithm in BLOCK_DRAFTERS and \
-                    args.speculative_draft_attention_backend not in DRAFT_BACKENDS_OK:
-                wrong["speculative_draft_attention_backend"] = args.speculative_draft_attention_backend
+            if ("--enable-deterministic-inference" in argv) != bool(got.get("enable_deterministic_inference")):
+                wrong["enable_deterministic_inference"] = got.get("enable_deterministic_inference")
+            if got.get("speculative_algorithm") in BLOCK_DRAFTERS:
+                if got.get("speculative_draft_attention_backend") not in DRAFT_BACKENDS_OK:
+                    wrong["speculative_draft_attention_backend"] = got.get("speculative_draft_attention_backend")
+                if got.get("speculative_num_draft_tokens") != BLOCK_WINDOW:
+                    wrong["speculative_num_draft_tokens"] = got.get("speculative_num_draft_tokens")
             out[name] = wrong
         except Exception as e:
             out[name] = {"error": f"{type(e).__name__}: {e}"[:400]}

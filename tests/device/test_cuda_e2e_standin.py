@@ -90,12 +90,44 @@ def test_sglang_cuda_serving_path_imports_with_the_stand_in(tmp_path):
     report = json.loads(out.read_text())
     assert report["ok"] and not report["import_errors"] and report["cuda_standin_active"]
     # SGLang's own argument pipeline accepts every e2e server on the (faked) H200, GPU defaults kept on
-    assert set(report["server_resolution"]) >= {"stock_eagle_chain", "asd_eagle3_tree", "asd_adaptive"}
+    assert set(report["server_resolution"]) >= {"stock_eagle_chain", "asd_eagle3_tree", "asd_adaptive", "stock_dspark",
+                                                "asd_dspark", "stock_dflash", "asd_dflash", "asd_dflash_exact"}
     assert not any(report["server_resolution"].values()), report["server_resolution"]
     assert all(report["bindings"].values()), report["bindings"]
     assert report["sglang_modules"] > 500
     # What SGLang imports but the kit does not provide must stay off the text-serving path.
     assert not {"rmsnorm", "silu_and_mul", "top_k_renorm_prob", "weak_ref_tensor"} & set(report["unprovided_imported"])
+
+
+def test_server_resolution_reports_what_sglang_resolved_not_what_was_typed():
+    """``--resolve`` runs SGLang's whole resolution (``resolve_once``) and flags a server whose resolved
+    arguments turn a GPU default off, leave a block drafter's draft on FlashInfer, or change its window."""
+    code = """
+import json, sys
+sys.path[:0] = ["scripts/device", "."]
+import cuda_import_check as c
+c.fake_cuda()
+import cuda_standin
+from sglang_asd import cpu_backend
+cpu_backend.install()
+import e2e_lib as L, e2e_steps
+spec = lambda args: L.ServerSpec("s", tuple(args + L.GPU_COMMON))
+e2e_steps.SERVERS = {
+    "ok": spec(L.block_drafter("dflash")),
+    "graphs_off": spec(L.block_drafter("dspark") + ["--disable-cuda-graph"]),
+    "flashinfer_draft": spec(L.block_drafter("dflash") + ["--speculative-draft-attention-backend", "flashinfer"]),
+    "window_6": spec(L.block_drafter("dspark")[:-2] + ["--speculative-dspark-block-size", "5",
+                                                      "--speculative-draft-model-path", "fixture:tiny-dspark-noisy"]),
+}
+print("RESOLUTION", json.dumps(c.resolve_servers()))
+"""
+    p = _python(code, SGLANG_ASD_KERNEL_STANDIN="cuda-e2e")
+    line = next((ln for ln in p.stdout.splitlines() if ln.startswith("RESOLUTION ")), None)
+    assert line, p.stdout[-2000:] + p.stderr[-3000:]
+    got = json.loads(line.split(" ", 1)[1])
+    assert got == {"ok": {}, "graphs_off": {"disable_cuda_graph": True},
+                   "flashinfer_draft": {"speculative_draft_attention_backend": "flashinfer"},
+                   "window_6": {"speculative_num_draft_tokens": 6}}, got
 
 
 @pytest.mark.skipif(importlib.util.find_spec("triton") is None, reason="triton is not installed")
