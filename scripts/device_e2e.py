@@ -234,6 +234,8 @@ def main(argv=None) -> int:
     finally:
         pool.stop_all()
         rec.report["elapsed_s"] = round(budget.elapsed(), 1)
+        order = list(PLAN)  # steps run at once were recorded as they ended: back to plan order
+        rec.report["steps"].sort(key=lambda st: order.index(st["name"]) if st["name"] in order else -1)
         rec.flush()
         lib.pack_logs(log_dir, out)
     return summary(rec.report)
