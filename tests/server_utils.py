@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import re
+import signal
 import tempfile
 import time
 from pathlib import Path
@@ -75,6 +76,10 @@ class Server:
 
     def stop(self, timeout: float = 60) -> int:
         return self._launched.stop(grace=timeout)
+
+    def kill(self) -> None:
+        """SIGKILL the server's whole process group at once, as a crash would (``stop`` still reaps it)."""
+        os.killpg(self._launched.proc.pid, signal.SIGKILL)
 
 
 def check_receipt(out: dict, budget: float, cap: int = 2) -> dict:

@@ -69,7 +69,8 @@ def test_conflicting_duplicates_rejected():
 
 def test_generate_gateway_form_sampling_params_custom_params():
     """``sampling_params.custom_params`` is the form smg forwards on /generate: validated the same way."""
-    out = rewrite_body("/generate", {"text": "hi", "sampling_params": {"custom_params": {"asd_budget": 8, "asd_rule": "local"}}}, S)
+    body = {"text": "hi", "sampling_params": {"custom_params": {"asd_budget": 8, "asd_rule": "local"}}}
+    out = rewrite_body("/generate", body, S)
     assert out["sampling_params"] == {"custom_params": {"asd_budget": 8.0, "asd_rule": "local"}}
     with pytest.raises(ValueError, match=r"asd_budget must be a finite number in \[0, 64\], got -1"):
         rewrite_body("/generate", {"text": "hi", "sampling_params": {"custom_params": {"asd_budget": -1}}}, S)
