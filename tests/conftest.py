@@ -14,6 +14,11 @@ from tests.server_utils import PAGED_STREAMING, Server
 
 SPEC_TINY = ["--speculative-num-steps", "3", "--speculative-num-draft-tokens", "4", "--speculative-eagle-topk", "1"]
 
+DSPARK = ["--model-path", "fixture:tiny-llama-bigram", "--speculative-algorithm", "DSPARK",
+          "--speculative-dspark-block-size", "3"]
+DFLASH = ["--model-path", "fixture:tiny-llama-bigram", "--speculative-algorithm", "DFLASH",
+          "--speculative-num-draft-tokens", "4"]
+
 # name -> sglang arguments (fixture:NAME paths are built offline by sglang_asd.fixtures)
 CONFIGS = {
     "plain": ["--model-path", "fixture:tiny-llama"],
@@ -35,6 +40,13 @@ CONFIGS = {
     # SGLang's own NGRAM defaults (12 draft tokens, breadth 10): a value SGLang resolves is None on
     # ServerArgs, so this server checks that the seams read the resolved settings (sglang_seams/modes.py).
     "ngram": ["--model-path", "fixture:tiny-llama", "--speculative-algorithm", "NGRAM"],
+    # SGLang's block drafters on the bigram target (CPU seams: cpu_backend/seams/block_drafters.py); the noisy
+    # drafts accept part of each block, the exact ones all of it. plain_bigram: their non-speculative reference.
+    "plain_bigram": ["--model-path", "fixture:tiny-llama-bigram"],
+    "dspark": [*DSPARK, "--speculative-draft-model-path", "fixture:tiny-dspark-noisy"],
+    "dspark_exact": [*DSPARK, "--speculative-draft-model-path", "fixture:tiny-dspark-exact"],
+    "dflash": [*DFLASH, "--speculative-draft-model-path", "fixture:tiny-dflash-noisy"],
+    "dflash_exact": [*DFLASH, "--speculative-draft-model-path", "fixture:tiny-dflash-exact"],
     # bf16 (the CPU launcher's default dtype): linear layers with float32 accumulation (cpu_backend/seams/cpu_paths.py)
     "eagle_bf16": ["--model-path", "fixture:tiny-llama", "--speculative-algorithm", "EAGLE",
                    "--speculative-draft-model-path", "fixture:tiny-eagle-noisy", *SPEC_TINY, "--dtype", "bfloat16"],

@@ -124,6 +124,7 @@ def install_cpu_path_hooks() -> list[tuple[str, Callable]]:
         _register_and_apply(hooks + drafters, preload=preload)
         check_installed([t for t, _ in hooks + drafters])
     if drafters:
+        block_drafters.check_own(drafters)
         block_drafters.add_draft_backend()
         block_drafters.check_draft_backend()
     return hooks + drafters
@@ -168,6 +169,7 @@ def install_launcher_cpu_hooks() -> list[tuple[str, Callable]]:
         _register_and_apply(hooks, preload=("sglang.srt.entrypoints.engine", block_drafters.SPEC_HOOK))
         check_installed([t for t, _ in hooks])
     if block_drafters.launcher_hooks():
+        block_drafters.check_own(block_drafters.launcher_hooks())
         block_drafters.add_draft_backend()  # DFLASH's argument resolution reads the list
         block_drafters.check_draft_backend()
     return hooks

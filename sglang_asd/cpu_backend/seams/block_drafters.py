@@ -4,7 +4,8 @@ Stock SGLang 0.5.23 refuses both on CPU and, past the refusal, reaches CUDA-only
 changes what a drafter proposes or how the target verifies it: the draft and the verify run SGLang's
 own code, on the stand-in's plain-torch ``intel_amx`` attention. Installed in ASD and stock servers
 alike (``sglang_seams.install_launcher_cpu_hooks`` / ``install_cpu_path_hooks``), never on a GPU
-install (``hooks()`` is empty unless ``sglang_asd.cpu_backend`` is active). Tested on: sglang 0.5.23.
+install (``launcher_hooks()`` and ``scheduler_hooks()`` are empty unless ``sglang_asd.cpu_backend`` is
+active). Tested on: sglang 0.5.23.
 
 Launcher process (argument resolution):
 
@@ -34,14 +35,15 @@ Scheduler process:
   and draft block) does not: AttributeError. A block is one chain, so topk 1 is its shape.
 - Upstream: ``DFlashVerifyInput`` could define ``tree_topk = 1``. Removal: when it does.
 
-``sglang.srt.speculative.dspark_components.dspark_worker_v2.DSparkWorkerV2._forward_decode`` and
-``sglang.srt.speculative.dflash_worker_v2.DFlashWorkerV2.forward_batch_generation``
-- Kind: AROUND, calling the original, with ``torch.Tensor.record_stream`` a no-op on CPU tensors
-  for the length of the call (a CUDA tensor still records).
-- Why: both call ``batch.seq_lens.record_stream(current_stream())`` (a CUDA caching-allocator
-  hint); on a CPU tensor torch raises ``RuntimeError: unknown parameter type``. A CPU tensor has no
-  stream to record.
-- Upstream: guard the call by device. Removal: when guarded.
+``torch.Tensor.record_stream``
+- Kind: AROUND, calling the original except on a CPU tensor, where it does nothing.
+- Why: ``DSparkWorkerV2._forward_decode`` and ``DFlashWorkerV2.forward_batch_generation`` call
+  ``batch.seq_lens.record_stream(current_stream())`` unconditionally (a CUDA caching-allocator
+  hint for a tensor made on another stream); on a CPU tensor torch raises ``RuntimeError: unknown
+  parameter type``. A CPU tensor has no stream to record, so the call can only fail there: the
+  hook turns that failure into the no-op it means. Hooked on torch, not on the two workers,
+  because the ASD seams wrap those same worker methods (``sglang_seams/scheduler``).
+- Upstream: guard the two calls by device. Removal: when guarded.
 
 ``sglang.srt.model_executor.model_runner.ModelRunner._extend_forward_kwargs``
 - Kind: AROUND, calling the original; where it cast a float32 CPU ``forward_batch.input_embeds`` to
@@ -55,8 +57,15 @@ Scheduler process:
 - Upstream: cast to the model's dtype instead of bf16. Removal: when it does.
 
 Overlap scheduler: SGLang turns it off for EAGLE-family and NGRAM on CPU
-(``_disable_overlap_schedule_for_cpu``) but not for DSPARK or DFLASH, so on CPU these two run with
-overlap ON unless ``--disable-overlap-schedule`` is given. See ``OVERLAP`` below for what was found.
+(``_disable_overlap_schedule_for_cpu``) but not for DSPARK or DFLASH, so on CPU these two run
+SGLang's overlap event loop (``event_loop_overlap``: batch N+1 is scheduled before batch N's results
+are processed) unless ``--disable-overlap-schedule`` is given. Both ways serve correctly here, so
+nothing forces it off: with the noisy and the exact tiny drafts, 12 concurrent requests equal the
+same requests one at a time and plain greedy decoding, token for token, and overlap on and off give
+the same tokens and the same verify rounds (``tests/integration/test_block_drafters_stock.py`` runs
+overlap on; off was checked by hand with the noisy DSpark draft). What a CPU cannot show is stream asynchrony: every op runs
+when it is launched. (EAGLE's overlap path needs a Triton gather these drafters do not use,
+``tests/cpu_overlap.py``.)
 """
 
 from __future__ import annotations
@@ -70,11 +79,9 @@ SPEC_HOOK = "sglang.srt.arg_groups.speculative_hook"
 HANDLE_DSPARK = SPEC_HOOK + "._handle_dspark"
 HANDLE_DFLASH = SPEC_HOOK + "._handle_dflash"
 DFLASH_VERIFY_INIT = "sglang.srt.speculative.dflash_info.DFlashVerifyInput.__init__"
-DSPARK_DECODE = "sglang.srt.speculative.dspark_components.dspark_worker_v2.DSparkWorkerV2._forward_decode"
-DFLASH_FORWARD = "sglang.srt.speculative.dflash_worker_v2.DFlashWorkerV2.forward_batch_generation"
+RECORD_STREAM = "torch.Tensor.record_stream"
 EXTEND_KWARGS = "sglang.srt.model_executor.model_runner.ModelRunner._extend_forward_kwargs"
-SCHEDULER_PRELOAD = ("sglang.srt.speculative.dflash_worker_v2",
-                     "sglang.srt.speculative.dspark_components.dspark_worker_v2")
+SCHEDULER_PRELOAD = ("sglang.srt.speculative.dflash_info", "sglang.srt.model_executor.model_runner")
 DRAFT_BACKEND = "intel_amx"
 PRESENTED_DEVICE = "xpu"
 _SOURCE = "sglang_asd.cpu_backend.seams.block_drafters"  # the name on our transient declaration
@@ -131,28 +138,10 @@ def dflash_verify_init_around(original, self, *args, **kwargs):
         self.tree_topk = 1  # a block is one chain
 
 
-@contextlib.contextmanager
-def cpu_record_stream_noop():
-    """``Tensor.record_stream`` does nothing on a CPU tensor within the block (CUDA ones record)."""
-    import torch
-
-    original = torch.Tensor.record_stream
-
-    def record_stream(tensor, stream):
-        if tensor.device.type == "cpu":
-            return None
-        return original(tensor, stream)
-
-    torch.Tensor.record_stream = record_stream
-    try:
-        yield
-    finally:
-        torch.Tensor.record_stream = original
-
-
-def worker_forward_around(original, worker, *args, **kwargs):
-    with cpu_record_stream_noop():
-        return original(worker, *args, **kwargs)
+def record_stream_around(original, tensor, stream):
+    if tensor.device.type == "cpu":
+        return None  # no stream to record a CPU tensor on
+    return original(tensor, stream)
 
 
 def extend_forward_kwargs_around(original, runner, forward_batch, *args, **kwargs):
@@ -182,5 +171,31 @@ def scheduler_hooks() -> list:
 
     if not cpu_backend.is_installed():
         return []
-    return [(DFLASH_VERIFY_INIT, dflash_verify_init_around), (DSPARK_DECODE, worker_forward_around),
-            (DFLASH_FORWARD, worker_forward_around), (EXTEND_KWARGS, extend_forward_kwargs_around)]
+    return [(DFLASH_VERIFY_INIT, dflash_verify_init_around), (RECORD_STREAM, record_stream_around),
+            (EXTEND_KWARGS, extend_forward_kwargs_around)]
+
+
+def check_own(hooks) -> None:
+    """Raise unless each target's wrapper chain holds this module's own hook (the shared check accepts
+    any sglang-asd hook, and a target another seam already wraps would silently skip ours)."""
+    from sglang_asd.sglang_seams import HookNotInstalled, _resolve
+
+    missing = [t for t, hook in hooks if not _chain_holds(_resolve(t), hook)]
+    if missing:
+        raise HookNotInstalled("sglang_asd: the CPU block-drafter hooks are not in place, refusing to serve "
+                               "(DSPARK/DFLASH would fail on CPU): " + ", ".join(missing))
+
+
+def _chain_holds(obj, hook, depth: int = 16) -> bool:
+    fn = getattr(obj, "__func__", obj)
+    for _ in range(depth):
+        if fn is None:
+            return False
+        for cell in getattr(fn, "__closure__", None) or ():
+            try:
+                if cell.cell_contents is hook:
+                    return True
+            except ValueError:
+                continue
+        fn = getattr(fn, "__wrapped__", None)
+    return False
