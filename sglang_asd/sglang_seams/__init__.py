@@ -94,6 +94,33 @@ def check_installed(targets: Iterable[str], bindings: Iterable[tuple[str, str]] 
         )
 
 
+def check_own(hooks: Iterable[tuple[str, Callable]], what: str) -> None:
+    """Raise unless each target's wrapper chain holds that very hook (``check_installed`` accepts any
+    sglang-asd hook, and ``_register_and_apply`` skips a target another seam already wraps)."""
+    missing = [t for t, hook in hooks if not _holds(_resolve(t), hook)]
+    if missing:
+        raise HookNotInstalled(f"sglang_asd: {what} hooks are not in place, refusing to serve: " + ", ".join(missing))
+
+
+def _holds(obj, hook: Callable) -> bool:
+    fn = getattr(obj, "__func__", obj)
+    for _ in range(16):
+        if fn is None:
+            return False
+        if any(_cell_ok(c) and c.cell_contents is hook for c in getattr(fn, "__closure__", None) or ()):
+            return True
+        fn = getattr(fn, "__wrapped__", None)
+    return False
+
+
+def _check_draft_backend() -> None:
+    from sglang_asd.cpu_backend.seams import block_drafters
+
+    if not block_drafters.draft_backend_listed():
+        raise HookNotInstalled(f"sglang_asd: {block_drafters.DRAFT_BACKEND!r} is not among SGLang's draft attention "
+                               "backends; DSPARK/DFLASH cannot serve on CPU")
+
+
 def scheduler_hooks(settings: ASDServerSettings) -> list[tuple[str, Callable]]:
     """Every scheduler-side hook, one list per hooked SGLang class or function (each from its module)."""
     from sglang_asd.sglang_seams.scheduler import (
@@ -124,9 +151,9 @@ def install_cpu_path_hooks() -> list[tuple[str, Callable]]:
         _register_and_apply(hooks + drafters, preload=preload)
         check_installed([t for t, _ in hooks + drafters])
     if drafters:
-        block_drafters.check_own(drafters)
+        check_own(drafters, "the CPU block-drafter")
         block_drafters.add_draft_backend()
-        block_drafters.check_draft_backend()
+        _check_draft_backend()
     return hooks + drafters
 
 
@@ -169,9 +196,9 @@ def install_launcher_cpu_hooks() -> list[tuple[str, Callable]]:
         _register_and_apply(hooks, preload=("sglang.srt.entrypoints.engine", block_drafters.SPEC_HOOK))
         check_installed([t for t, _ in hooks])
     if block_drafters.launcher_hooks():
-        block_drafters.check_own(block_drafters.launcher_hooks())
+        check_own(block_drafters.launcher_hooks(), "the CPU block-drafter")
         block_drafters.add_draft_backend()  # DFLASH's argument resolution reads the list
-        block_drafters.check_draft_backend()
+        _check_draft_backend()
     return hooks
 
 

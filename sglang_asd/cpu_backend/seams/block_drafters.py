@@ -122,14 +122,10 @@ def add_draft_backend() -> None:
         add_draft_attention_backend_choices([DRAFT_BACKEND])
 
 
-def check_draft_backend() -> None:
+def draft_backend_listed() -> bool:
     from sglang.srt.arg_groups.choices import DRAFT_ATTENTION_BACKEND_CHOICES
 
-    from sglang_asd.sglang_seams import HookNotInstalled
-
-    if DRAFT_BACKEND not in DRAFT_ATTENTION_BACKEND_CHOICES:
-        raise HookNotInstalled(f"sglang_asd: {DRAFT_BACKEND!r} is not a draft attention backend "
-                               f"(got {DRAFT_ATTENTION_BACKEND_CHOICES}); DSPARK/DFLASH cannot serve on CPU")
+    return DRAFT_BACKEND in DRAFT_ATTENTION_BACKEND_CHOICES
 
 
 def dflash_verify_init_around(original, self, *args, **kwargs):
@@ -174,28 +170,3 @@ def scheduler_hooks() -> list:
     return [(DFLASH_VERIFY_INIT, dflash_verify_init_around), (RECORD_STREAM, record_stream_around),
             (EXTEND_KWARGS, extend_forward_kwargs_around)]
 
-
-def check_own(hooks) -> None:
-    """Raise unless each target's wrapper chain holds this module's own hook (the shared check accepts
-    any sglang-asd hook, and a target another seam already wraps would silently skip ours)."""
-    from sglang_asd.sglang_seams import HookNotInstalled, _resolve
-
-    missing = [t for t, hook in hooks if not _chain_holds(_resolve(t), hook)]
-    if missing:
-        raise HookNotInstalled("sglang_asd: the CPU block-drafter hooks are not in place, refusing to serve "
-                               "(DSPARK/DFLASH would fail on CPU): " + ", ".join(missing))
-
-
-def _chain_holds(obj, hook, depth: int = 16) -> bool:
-    fn = getattr(obj, "__func__", obj)
-    for _ in range(depth):
-        if fn is None:
-            return False
-        for cell in getattr(fn, "__closure__", None) or ():
-            try:
-                if cell.cell_contents is hook:
-                    return True
-            except ValueError:
-                continue
-        fn = getattr(fn, "__wrapped__", None)
-    return False
