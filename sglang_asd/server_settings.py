@@ -24,6 +24,12 @@ from sglang_asd.policy.config import (
     check_number,
     validate_rules,
 )
+from sglang_asd.policy.sampled import (
+    DEFAULT_SAMPLED_FLOOR,
+    DEFAULT_SAMPLED_MAX_RELAXED,
+    DEFAULT_SAMPLED_POWER,
+    SampledConfig,
+)
 
 DEFAULT_BUDGET = 0.0  # a request that sends no asd_budget is served strictly
 DEFAULT_MAX_BUDGET = 64.0
@@ -39,6 +45,8 @@ class ASDServerSettings:
     config: the server's rule (a request's default) and every rule's parameters (gate g, cap m,
         margin, threshold); a request may lower each parameter, never raise it.
     allowed_rules: the rules a request may choose (``asd_rule``); the server's rule is one of them.
+    sampled: the sampled rule's parameters (``asd-sampled-1``, for sampled requests: floor, power,
+        cap); a request may raise the floor or the power and lower the cap, never the reverse.
     max_receipt_events: how many exception events a receipt lists (the counts stay exact).
     standalone_draft_fix: serve STANDALONE drafts their own tokens (``sglang_seams/scheduler/standalone_draft.py``);
         off by default, so that without it every draft runs exactly as stock SGLang runs it.
@@ -48,6 +56,7 @@ class ASDServerSettings:
     max_budget: float = DEFAULT_MAX_BUDGET
     config: ASDConfig = ASDConfig()
     allowed_rules: tuple = RULE_NAMES
+    sampled: SampledConfig = SampledConfig()
     max_receipt_events: int = DEFAULT_MAX_RECEIPT_EVENTS
     standalone_draft_fix: bool = False
 
@@ -57,6 +66,8 @@ class ASDServerSettings:
         check_count("asd_max_receipt_events", self.max_receipt_events)
         if not isinstance(self.config, ASDConfig):
             raise ValueError(f"config must be an ASDConfig, got {self.config!r}")
+        if not isinstance(self.sampled, SampledConfig):
+            raise ValueError(f"sampled must be a SampledConfig, got {self.sampled!r}")
         object.__setattr__(self, "allowed_rules", validate_rules(self.allowed_rules))
         if self.config.rule not in self.allowed_rules:
             raise ValueError(f"asd_rule must be one of asd_allowed_rules ({', '.join(self.allowed_rules)}), "
@@ -71,19 +82,21 @@ class ASDServerSettings:
     @classmethod
     def from_mapping(cls, mapping: Mapping[str, Any]) -> "ASDServerSettings":
         """Strict constructor from flag names (``-`` or ``_``, optional ``asd_`` prefix)."""
-        kwargs, config, unknown = {}, {}, []
+        kwargs, config, sampled, unknown = {}, {}, {}, []
         for key, value in mapping.items():
             name = key.replace("-", "_")
             name = name[4:] if name.startswith("asd_") else name
             if name in _RULE_FIELDS:
                 config[name] = value
+            elif name in _SAMPLED_FLAGS:
+                sampled[_SAMPLED_FLAGS[name]] = value
             elif name in _SETTING_FIELDS:
                 kwargs[name] = value
             else:
                 unknown.append(key)
         if unknown:
             raise ValueError(f"unknown ASD setting(s) {sorted(unknown)}; known: {sorted(_FLAG_FIELDS)}")
-        return cls(**kwargs, config=_rule_config(config))
+        return cls(**kwargs, config=_rule_config(config), sampled=_sampled_config(sampled))
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
@@ -97,9 +110,22 @@ def _rule_config(values: Mapping[str, Any]) -> ASDConfig:
         raise ValueError(f"asd_{e}") from None
 
 
+def _sampled_config(values: Mapping[str, Any]) -> SampledConfig:
+    """The server's sampled-rule config; errors use the flag names (``asd_sampled_floor``)."""
+    try:
+        return SampledConfig(**values)
+    except ValueError as e:
+        text = str(e)
+        if text.startswith("max_relaxed_per_block"):
+            text = "asd_sampled_" + text
+        raise ValueError(text) from None
+
+
 _RULE_FIELDS = tuple(f.name for f in dataclasses.fields(ASDConfig))
-_SETTING_FIELDS = tuple(f.name for f in dataclasses.fields(ASDServerSettings) if f.name != "config")
-_FLAG_FIELDS = _SETTING_FIELDS + _RULE_FIELDS
+# flag name (without asd_) -> SampledConfig field
+_SAMPLED_FLAGS = {"sampled_" + f.name: f.name for f in dataclasses.fields(SampledConfig)}
+_SETTING_FIELDS = tuple(f.name for f in dataclasses.fields(ASDServerSettings) if f.name not in ("config", "sampled"))
+_FLAG_FIELDS = _SETTING_FIELDS + _RULE_FIELDS + tuple(_SAMPLED_FLAGS)
 
 # (field, type, help); bool fields are store_true flags.
 _FLAGS = (
@@ -122,6 +148,15 @@ _FLAGS = (
     ("threshold", float,
      f"threshold rule: largest regret (nats) of one accepted mismatch; the most a request may ask for "
      f"(default {DEFAULT_THRESHOLD:g})."),
+    ("sampled_floor", float,
+     f"Sampled rule (asd-sampled-1, sampled requests with a budget in nats of KL): the smallest q = p(x) a relaxed "
+     f"draft token may have; a request may ask for more (default {DEFAULT_SAMPLED_FLOOR:g})."),
+    ("sampled_power", float,
+     f"Sampled rule: a relaxed token is accepted with probability q ** power (0: always); a request may ask for "
+     f"more (default {DEFAULT_SAMPLED_POWER:g})."),
+    ("sampled_max_relaxed_per_block", int,
+     f"Sampled rule: most relaxed nodes per draft block; a request may ask for fewer "
+     f"(default {DEFAULT_SAMPLED_MAX_RELAXED})."),
     ("max_receipt_events", int,
      f"How many exception events a receipt lists (default {DEFAULT_MAX_RECEIPT_EVENTS}); counts stay exact."),
     ("standalone_draft_fix", bool,
@@ -136,7 +171,10 @@ def add_cli_args(parser: argparse.ArgumentParser) -> None:
     defaults = ASDServerSettings.from_mapping({})
     for field, typ, help_text in _FLAGS:
         flags = ("--asd-" + field.replace("_", "-"), "--asd_" + field)  # the second: YAML keys with underscores
-        default = getattr(defaults.config if field in _RULE_FIELDS else defaults, field)
+        if field in _SAMPLED_FLAGS:
+            default = getattr(defaults.sampled, _SAMPLED_FLAGS[field])
+        else:
+            default = getattr(defaults.config if field in _RULE_FIELDS else defaults, field)
         if typ is bool:
             group.add_argument(*flags, action="store_true", default=default, dest=f"asd_{field}", help=help_text)
         else:

@@ -116,6 +116,20 @@ class SampledConfig:
             raise ValueError(f"unknown sampled ASD setting(s) {', '.join(unknown)}; known: {', '.join(sorted(fields))}")
         return cls(**dict(mapping))
 
+    def tightened(self, floor: Any = None, power: Any = None, max_relaxed_per_block: Any = None) -> "SampledConfig":
+        """This (the server's) config with a request's overrides, each validated and no looser than
+        ours (None keeps ours): floor >= ours (fewer nodes eligible), power >= ours (a closer to q:
+        less acceptance and less KL per node), cap <= ours. Errors name the request field."""
+        floor = self.floor if floor is None else validate_sampled_floor(floor)
+        power = self.power if power is None else validate_sampled_power(power)
+        cap = self.max_relaxed_per_block if max_relaxed_per_block is None else \
+            validate_sampled_cap(max_relaxed_per_block, self.max_relaxed_per_block)
+        if floor < self.floor:
+            raise ValueError(f"asd_sampled_floor must be in [{self.floor:g}, 1] (the server's floor), got {shown(floor)}")
+        if power < self.power:
+            raise ValueError(f"asd_sampled_power must be in [{self.power:g}, 1) (the server's power), got {shown(power)}")
+        return SampledConfig(floor=floor, power=power, max_relaxed_per_block=cap)
+
     def parameters(self) -> dict:
         """The rule's name, version and parameters (receipts)."""
         return {"rule": SAMPLED_RULE, "version": SAMPLED_RULE_VERSION, "floor": self.floor,

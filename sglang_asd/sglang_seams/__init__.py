@@ -163,18 +163,21 @@ def install_scheduler_hooks(settings: ASDServerSettings) -> None:
     from sglang_asd.sglang_seams.state.runtime import set_runtime
 
     set_runtime(settings)
-    eagle_sample.check_signatures(_resolve(eagle_sample.EAGLE_SAMPLE), _resolve(eagle_sample.VERIFY_TREE_GREEDY))
+    eagle_sample.check_signatures(_resolve(eagle_sample.EAGLE_SAMPLE), _resolve(eagle_sample.VERIFY_TREE_GREEDY),
+                                  eagle_sample.tree_sampling_kernel())
     dspark_accept.check_signatures(_resolve(dspark_accept.FORWARD_DECODE), _resolve(dspark_accept.ACCEPT_DRAFT_TOKENS))
     dflash_accept.check_signatures(_resolve(dflash_accept.FORWARD), _resolve(dflash_accept.ACCEPT_BLOCK))
     if settings.standalone_draft_fix:
         standalone_draft.check_signatures(_resolve(standalone_draft.PREPARE_FOR_DRAFT))
     hooks = scheduler_hooks(settings)
     preload = (eagle_sample.EAGLE_SAMPLE_BINDINGS + eagle_sample.VERIFY_TREE_GREEDY_BINDINGS
-               + dspark_accept.ACCEPT_BINDINGS + dspark_accept.ADJUSTMENTS_BINDINGS)
+               + eagle_sample.TREE_SAMPLING_BINDINGS + dspark_accept.ACCEPT_BINDINGS + dspark_accept.ADJUSTMENTS_BINDINGS)
     bindings = ([(m, "eagle_sample") for m in eagle_sample.EAGLE_SAMPLE_BINDINGS]
                 + [(m, "verify_tree_greedy_func") for m in eagle_sample.VERIFY_TREE_GREEDY_BINDINGS]
                 + [(m, "accept_draft_tokens") for m in dspark_accept.ACCEPT_BINDINGS]
                 + [(m, "verify_logits_adjustments_are_noop") for m in dspark_accept.ADJUSTMENTS_BINDINGS])
+    if eagle_sample.sampling_hooks():  # the platform has a sampling verify kernel (not CPU, unless a test serves one)
+        bindings += [(m, "tree_speculative_sampling_target_only") for m in eagle_sample.TREE_SAMPLING_BINDINGS]
     if settings.standalone_draft_fix:
         preload += standalone_draft.PRELOAD
         bindings += [(m, name) for m in standalone_draft.BINDINGS

@@ -10,7 +10,11 @@ reads the traits, never a rule's name, so the four rules are one code path:
 - ``capped``: at most ``cap`` exceptions per block (asd, local);
 - ``block_limited``: the block's regret must be <= the row's ``remaining`` (asd: B - spent,
   local: B, which nothing decrements);
-- ``ledger``: the seam charges the row's ``remaining`` with the round's ``spent`` (asd only).
+- ``ledger``: the seam charges the row's ``remaining`` with the round's ``spent`` (asd only);
+- ``sampled``: the row is a sampled request's (``asd-sampled``, id ``SAMPLED_RULE_ID``, after the
+  greedy rules): only ``asd_sampled_verify`` in SGLang's sampling branch decides it, never the
+  greedy verifier (``rows_on`` is False for it), and its columns mean remaining = B - spent in nats
+  of KL, gate = the floor tau, cap = relaxed nodes per block, plus the ledger table's ``power``.
 
 asd and local verify identically given their rows (they differ only in ``ledger``), which is why
 the fused Triton kernel, written for asd, also serves local rows (``ASD_KERNEL_RULES``).
@@ -25,9 +29,14 @@ from typing import NamedTuple, Optional
 import torch
 
 from sglang_asd.policy.config import RULE_NAMES, RULES
+from sglang_asd.policy.sampled import SAMPLED_RULE
 
-RULE_ID = {name: i for i, name in enumerate(RULE_NAMES)}
-_COLUMNS = ("per_suffix_value", "runner_up_only", "capped", "block_limited", "ledger")
+SAMPLED_RULE_ID = len(RULE_NAMES)  # the sampled rule's row id, after the greedy rules
+ROW_RULE_NAMES = RULE_NAMES + (SAMPLED_RULE,)  # a row's rule id -> its name
+RULE_ID = {name: i for i, name in enumerate(ROW_RULE_NAMES)}
+_COLUMNS = ("per_suffix_value", "runner_up_only", "capped", "block_limited", "ledger", "sampled")
+# The sampled rule's traits for the greedy columns: capped, block-limited, with a ledger.
+_SAMPLED_ROW = (False, False, True, True, True, True)
 _VERIFY_TRAITS = _COLUMNS[:4]
 ASD_KERNEL_RULES = frozenset(
     name for name, t in RULES.items()
@@ -43,12 +52,14 @@ class RowTraits(NamedTuple):
     capped: torch.Tensor
     block_limited: torch.Tensor
     ledger: torch.Tensor
+    sampled: torch.Tensor
 
 
 @functools.lru_cache(maxsize=8)
 def _table(device: torch.device) -> torch.Tensor:
-    """[len(RULE_NAMES), 5] bool: the traits of every rule, on ``device`` (copied once)."""
-    rows = [[getattr(RULES[name], c) for c in _COLUMNS] for name in RULE_NAMES]
+    """[len(ROW_RULE_NAMES), 6] bool: the traits of every rule, on ``device`` (copied once)."""
+    rows = [[getattr(RULES[name], c) for c in _COLUMNS[:-1]] + [False] for name in RULE_NAMES]
+    rows.append(list(_SAMPLED_ROW))
     return torch.tensor(rows, dtype=torch.bool, device=device)
 
 
@@ -72,10 +83,23 @@ def rows_on(
     cap: torch.Tensor,  # [bs] int32
     rule: Optional[torch.Tensor] = None,  # [bs] int rule id; None: every row asd
 ) -> torch.Tensor:
-    """[bs] bool: rows whose rule may admit exceptions: B > 0 (remaining, for asd: B - spent), the
-    rule's gate > 0 and, for a capped rule, cap > 0. Every other row is strict greedy."""
-    capped = row_traits(rule, remaining.shape[0], remaining.device).capped
-    return (remaining > 0) & (gate > 0) & ((cap > 0) | ~capped)
+    """[bs] bool: the greedy verifier's rows: a greedy rule that may admit exceptions: B > 0
+    (remaining, for asd: B - spent), the rule's gate > 0 and, for a capped rule, cap > 0. Every
+    other greedy row is strict greedy; a sampled row is never one of these."""
+    traits = row_traits(rule, remaining.shape[0], remaining.device)
+    return (remaining > 0) & (gate > 0) & ((cap > 0) | ~traits.capped) & ~traits.sampled
+
+
+def sampled_rows_on(
+    remaining: torch.Tensor,  # [bs] float32 nats of KL left
+    floor: torch.Tensor,  # [bs] float32 (the table's gate column)
+    cap: torch.Tensor,  # [bs] int32 relaxed nodes per block
+    rule: torch.Tensor,  # [bs] int rule id
+) -> torch.Tensor:
+    """[bs] bool: the sampled verifier's rows (``asd_sampled_verify``): sampled rule, remaining,
+    floor and cap > 0. Every other row keeps SGLang's sampling walk."""
+    sampled = row_traits(rule, remaining.shape[0], remaining.device).sampled
+    return sampled & (remaining > 0) & (floor > 0) & (cap > 0)
 
 
 def needs_torch_path(rules_present) -> bool:

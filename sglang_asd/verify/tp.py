@@ -23,11 +23,7 @@ from typing import Optional
 import torch
 import torch.distributed as dist
 
-from sglang_asd.verify.output import ASDVerifyOutput
 
-# Packing order: int64 fields first so that their int32 words start at an even offset.
-_FIELDS = tuple(f.name for f in dataclasses.fields(ASDVerifyOutput))
-_ORDER = ("target_token",) + tuple(name for name in _FIELDS if name != "target_token")
 
 
 def _as_words(t: torch.Tensor) -> torch.Tensor:
@@ -44,24 +40,28 @@ def _from_words(words: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
     return words.view(like.dtype).view(like.shape)
 
 
-def broadcast_decision(out: ASDVerifyOutput, group: Optional[dist.ProcessGroup] = None,
-                       src: int = 0) -> ASDVerifyOutput:
+def broadcast_decision(out, group: Optional[dist.ProcessGroup] = None, src: int = 0):
     """-> the decision of rank ``src`` (its rank inside ``group``; default: the group's first
-    rank) on every rank of ``group``, as fresh tensors. Every rank must call it with outputs of
-    the same shapes (same bs, W, K), as every TP rank does in a verify step."""
-    packed = torch.cat([_as_words(getattr(out, name)) for name in _ORDER])
+    rank) on every rank of ``group``, as fresh tensors, of ``out``'s type: a frozen dataclass of
+    tensors (``ASDVerifyOutput``, or the sampled verifier's ``SampledVerifyOutput``). Every rank
+    must call it with outputs of the same shapes and dtypes (same bs, W, K), as every TP rank does
+    in a verify step."""
+    names = [f.name for f in dataclasses.fields(out)]
+    # Packing order: int64 fields first so that their int32 words start at an even offset.
+    order = sorted(names, key=lambda name: getattr(out, name).dtype != torch.int64)
+    packed = torch.cat([_as_words(getattr(out, name)) for name in order])
     global_src = dist.get_global_rank(group, src) if group is not None else src
     dist.broadcast(packed, src=global_src, group=group)
     fields, offset = {}, 0
-    for name in _ORDER:
+    for name in order:
         like = getattr(out, name)
         n = like.numel() * (2 if like.dtype == torch.int64 else 1)
         fields[name] = _from_words(packed[offset:offset + n], like)
         offset += n
-    return ASDVerifyOutput(**fields)
+    return type(out)(**fields)
 
 
-def rank_consistent(out: ASDVerifyOutput, group: Optional[dist.ProcessGroup]) -> ASDVerifyOutput:
+def rank_consistent(out, group: Optional[dist.ProcessGroup]):
     """-> the decision every rank of ``group`` takes: ``out`` itself with no group (ranks agree by
     construction), else the group's first rank's (``broadcast_decision``)."""
     if group is None:

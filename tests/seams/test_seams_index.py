@@ -19,13 +19,22 @@ def _rows():
 
 
 def _cpu_hooks():
-    from sglang_asd.cpu_backend.seams import block_drafters, cpu_paths, start_method
+    from sglang_asd.cpu_backend.seams import block_drafters, cpu_paths, pd_transfer, start_method
 
     bd = block_drafters  # its torch.Tensor.record_stream hook is listed under "Other interventions"
     drafters = [(bd.HANDLE_DSPARK, bd.handle_block_drafter_around), (bd.HANDLE_DFLASH, bd.handle_block_drafter_around),
                 (bd.DFLASH_VERIFY_INIT, bd.dflash_verify_init_around), (bd.EXTEND_KWARGS, bd.extend_forward_kwargs_around)]
     return [(cpu_paths.GET_LAST_LOC, cpu_paths.get_last_loc_around), *cpu_paths.linear_hooks(),
-            (start_method.SET_ENVS_AND_CONFIG, start_method.set_envs_and_config_around), *drafters]
+            (start_method.SET_ENVS_AND_CONFIG, start_method.set_envs_and_config_around), *drafters,
+            (pd_transfer.MOONCAKE_SENDER_INIT, pd_transfer.mooncake_sender_init_around)]
+
+
+def _sampling_hooks():
+    """The sampling branch's hook: registered where the platform has SGLang's sampling kernel (not on
+    CPU, unless tests/cpu_sampling.py serves one), so listed here whatever this host is."""
+    from sglang_asd.sglang_seams.scheduler import eagle_sample
+
+    return [] if eagle_sample.sampling_hooks() else [(eagle_sample.TREE_SAMPLING, eagle_sample.tree_sampling_around)]
 
 
 def _registered():
@@ -33,6 +42,7 @@ def _registered():
 
     hooks = sglang_seams.scheduler_hooks(ASDServerSettings(standalone_draft_fix=True))
     hooks += sglang_seams.frontend_hooks()
+    hooks += _sampling_hooks()
     hooks += _cpu_hooks()  # registered only on CPU (the linear ones unless SGLANG_ASD_CPU_GEMM=native, the
     # start method unless SGLANG_ASD_CPU_START_METHOD=spawn)
     return {target: hook for target, hook in hooks}
@@ -63,5 +73,5 @@ def test_the_standalone_fix_hooks_are_opt_in():
     default = {t for t, _ in sglang_seams.scheduler_hooks(ASDServerSettings())}
     assert not any("standalone" in t or "prepare_for_draft" in t for t in default)
     assert {t for t, m in _rows().items() if "--asd-standalone-draft-fix" in m.group(2)} == (
-        set(_registered()) - default - {t for t, _ in _cpu_hooks()}
+        set(_registered()) - default - {t for t, _ in _cpu_hooks()} - {t for t, _ in _sampling_hooks()}
         - {t for t in _rows() if "frontend" in _rows()[t].group(2)})

@@ -1,7 +1,8 @@
 """The HTTP side of ASD: the request fields and the receipts in responses (launcher process).
 
 Request fields ``asd_budget``, ``asd_rule``, ``asd_gate``, ``asd_max_exceptions_per_block``,
-``asd_margin``, ``asd_threshold`` (docs/CONTRACTS.md):
+``asd_margin``, ``asd_threshold`` and the sampled rule's ``asd_sampled_floor``, ``asd_sampled_power``,
+``asd_sampled_max_relaxed_per_block`` (docs/CONTRACTS.md):
 - native ``/generate``: inside ``sampling_params`` (an object or a list of them), directly or in its
   ``custom_params`` (the form that passes SGLang's gateway, smg, which rebuilds ``sampling_params``
   from the keys it knows); a top-level one is refused, as SGLang would ignore it;
@@ -46,6 +47,9 @@ from sglang_asd.sglang_seams.state.request_ledger import (
     MARGIN_KEY,
     REQUEST_KEYS,
     RULE_KEY,
+    SAMPLED_CAP_KEY,
+    SAMPLED_FLOOR_KEY,
+    SAMPLED_POWER_KEY,
     THRESHOLD_KEY,
     RequestASD,
 )
@@ -89,7 +93,9 @@ def validate_fields(fields: dict, settings: ASDServerSettings) -> dict:
     choice = RequestASD.from_custom_params(given, settings)
     config = choice.config
     validated = {BUDGET_KEY: choice.budget, RULE_KEY: config.rule, GATE_KEY: config.gate,
-                 CAP_KEY: config.max_exceptions_per_block, MARGIN_KEY: config.margin, THRESHOLD_KEY: config.threshold}
+                 CAP_KEY: config.max_exceptions_per_block, MARGIN_KEY: config.margin, THRESHOLD_KEY: config.threshold,
+                 SAMPLED_FLOOR_KEY: choice.sampled.floor, SAMPLED_POWER_KEY: choice.sampled.power,
+                 SAMPLED_CAP_KEY: choice.sampled.max_relaxed_per_block}
     return {k: validated[k] for k in given}
 
 

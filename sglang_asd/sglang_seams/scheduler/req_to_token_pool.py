@@ -11,7 +11,9 @@
   by the verify step): its rule id, remaining (asd: budget - host spent, exact at admission: a
   retracted request is only re-admitted after its last in-flight batch was processed; other
   rules: the budget, never decremented), the rule's gate (g, margin or threshold), cap, stop
-  tokens; a strict request gets a zero row. That covers a slot lent to the next turn of a
+  tokens; a strict request gets a zero row. A sampled request's row (rule ``asd-sampled``) holds
+  B - spent in nats of KL, its floor in the gate column, its relaxed-node cap in the cap column
+  and its power in the power column (``ledger_table.py``). That covers a slot lent to the next turn of a
   streaming session without a free (``srt/session/streaming_session.py``): the ledger belongs to
   the request, not to the slot. ``free_rows`` stages zero rows for the slots it frees.
 - Upstream: none yet. A request-slot lifecycle callback (alloc/free) on ReqToTokenPool would make
@@ -70,20 +72,32 @@ def alloc_around(original, self, reqs, *args, **kwargs):
             lent.append(slot)  # a slot lent on without a free (streaming session) to a strict request
     if admitted:
         table = ledger_table(self)
+        columns = [_columns(r.asd_ledger) for r in admitted]  # (gate, cap, power) per request
         table.admit(
             slots=[r.kv.req_pool_idx for r in admitted],
             owners=[r.asd_ledger for r in admitted],
             remaining=[r.asd_ledger.device_remaining for r in admitted],
-            gate=[r.asd_ledger.choice.config.rule_gate for r in admitted],
-            cap=[r.asd_ledger.choice.config.max_exceptions_per_block for r in admitted],
+            gate=[c[0] for c in columns],
+            cap=[c[1] for c in columns],
             stop_tokens=[_stop_tokens(r) for r in admitted],
             rule=[RULE_ID[r.asd_ledger.rule] for r in admitted],
+            power=[c[2] for c in columns],
         )
     if lent:
         table.release(lent)
     if admitted or lent:
         _report_active(table)
     return result
+
+
+def _columns(ledger) -> tuple:
+    """A request's (gate, cap, power) columns: the sampled rule's (floor, cap, power) for a sampled
+    request, else its greedy rule's (gate, cap, 0)."""
+    if ledger.sampled:
+        sampled = ledger.choice.sampled
+        return sampled.floor, sampled.max_relaxed_per_block, sampled.power
+    config = ledger.choice.config
+    return config.rule_gate, config.max_exceptions_per_block, 0.0
 
 
 def _report_active(table: ASDLedgerTable) -> None:

@@ -5,8 +5,11 @@
   ``asd_*`` keys of ``sampling_params.custom_params`` (validated again here: the HTTP layer already
   answered bad values with a 400, but the scheduler must not trust its input).
 - How: call the original, then attach ``req.asd_ledger`` (a ``RequestLedger``: budget, rule and
-  its parameters) with the reason ASD does not apply, if any (strict choice, sampling request,
-  server without speculative decoding, unsupported mode).
+  its parameters) with the reason ASD does not apply, if any (strict choice, server without
+  speculative decoding, unsupported mode; for a sampled request, ``sampling_reason``: this
+  process's SGLang verifies sampled rows greedily or not at all through the hooked sampler,
+  rejection sampling, or thresholds other than 1). A sampled request's ledger is the sampled
+  rule's (``asd-sampled-1``: the budget in nats of KL, ``policy/sampled.py``).
 - Upstream: SGLang documents this method as the "extension point for request-local state".
 
 ``Scheduler.get_output_streamer_class`` (AROUND, scheduler process)
@@ -39,8 +42,10 @@ from typing import Optional
 
 from sglang_asd.sglang_seams.state.request_ledger import (
     REASON_NO_SPEC,
+    REASON_REJECTION_SAMPLING,
     REASON_SAMPLING,
     REASON_STRICT,
+    REASON_THRESHOLDS,
     RequestASD,
     RequestLedger,
 )
@@ -57,15 +62,56 @@ INIT_MODEL_WORKER = "sglang.srt.managers.scheduler.Scheduler.init_model_worker"
 RECEIPT_KEY = "asd"
 
 
-def _reason(choice: RequestASD, sampling_params, spec_enabled: bool, unsupported: Optional[str]):
+def _is_sampled(sampling_params) -> bool:
+    return sampling_params.top_k != 1 and sampling_params.temperature >= 1e-6  # greedy: top_k 1 after normalize()
+
+
+def _reason(choice: RequestASD, sampling_params, spec_enabled: bool, unsupported: Optional[str],
+            spec_algorithm=None):
     if not spec_enabled:
         return REASON_NO_SPEC
     if unsupported is not None:
         return unsupported
-    if sampling_params.top_k != 1 and sampling_params.temperature >= 1e-6:  # greedy: top_k 1 after normalize()
-        return REASON_SAMPLING
+    if _is_sampled(sampling_params):
+        if choice.is_sampled_strict:
+            return REASON_STRICT
+        if spec_algorithm is not None and (spec_algorithm.is_dspark() or spec_algorithm.is_dflash_family()):
+            return REASON_SAMPLING
+        return sampling_reason()
     if choice.is_strict:
         return REASON_STRICT
+    return None
+
+
+def sampling_reason() -> Optional[str]:
+    """Why this scheduler cannot serve a sampled request with the sampled rule, or None (computed
+    once per process): SGLang's verify takes the sampling branch through the hooked
+    ``tree_speculative_sampling_target_only`` (``eagle_sample.sampling_hooks``) only where
+    ``_verify_uses_greedy`` is False for a sampled batch (not on CPU, where SGLang commits argmax,
+    unless a test hook serves it), without rejection sampling (a different sampler, not hooked),
+    and the sampled rule's bound holds only at SGLang's default thresholds 1 / 1. DSPARK and DFLASH
+    verify in their own accept, which has no sampled seam."""
+    runtime = get_runtime()
+    if runtime.sampling_reason is None:
+        runtime.sampling_reason = _sampling_reason() or ""
+    return runtime.sampling_reason or None
+
+
+def _sampling_reason() -> Optional[str]:
+    from sglang.srt.runtime_context import get_spec
+    from sglang.srt.speculative import eagle_utils
+
+    from sglang_asd.sglang_seams.scheduler import eagle_sample
+
+    spec = get_spec()
+    if spec.speculative_use_rejection_sampling:
+        return REASON_REJECTION_SAMPLING
+    greedy = eagle_utils._verify_uses_greedy(is_all_greedy=False, is_cpu=eagle_utils._is_cpu, is_hip=eagle_utils._is_hip,
+                                             is_xpu=eagle_utils._is_xpu, use_rejection_sampling=False)
+    if greedy or not eagle_sample.sampling_hooks():
+        return REASON_SAMPLING
+    if spec.speculative_accept_threshold_single != 1 or spec.speculative_accept_threshold_acc != 1:
+        return REASON_THRESHOLDS
     return None
 
 
@@ -78,10 +124,11 @@ def create_generation_req_around(original, self, recv_req, *args, **kwargs):
     except ValueError as e:  # the HTTP layer rejects these first; a direct engine call may not
         logger.warning("request %s: %s; serving it strictly", req.rid, e)
         choice = RequestASD.strict()
-    reason = _reason(choice, params, not self.spec_algorithm.is_none(), _unsupported_mode())
-    req.asd_ledger = RequestLedger(choice=choice, reason=reason, max_events=runtime.settings.max_receipt_events)
+    reason = _reason(choice, params, not self.spec_algorithm.is_none(), _unsupported_mode(), self.spec_algorithm)
+    req.asd_ledger = RequestLedger(choice=choice, reason=reason, sampled=_is_sampled(params),
+                                   max_events=runtime.settings.max_receipt_events)
     if runtime.metrics is not None:
-        runtime.metrics.observe_request(reason, rule=choice.config.rule)
+        runtime.metrics.observe_request(reason, rule=req.asd_ledger.rule)
     return req
 
 

@@ -2,9 +2,16 @@
 
 Row ``s`` holds the ASD state of the request that owns ``req_to_token_pool`` slot ``s``: its
 ``rule`` (id: ``sglang_asd.verify.rules.RULE_ID``), ``remaining`` (nats: asd B - spent; other
-rules B, never decremented), the rule's ``gate`` (g, margin or threshold), ``cap`` and its stop
-tokens. A row whose request is not served with ASD (no budget, sampling, or no request at all,
-e.g. SGLang's padding row 0) is all zeros, and a zero row verifies exactly like strict greedy.
+rules B, never decremented), the rule's ``gate`` (g, margin or threshold), ``cap``, ``power`` and
+its stop tokens. A row whose request is not served with ASD (no budget, or no request at all,
+e.g. SGLang's padding row 0) is all zeros, and a zero row verifies exactly like strict greedy and
+walks exactly like SGLang's sampling verifier.
+
+A sampled request's row (rule ``asd-sampled``, ``verify.rules.SAMPLED_RULE_ID``) uses the same
+columns with the sampled rule's meaning: ``remaining`` = B - spent in nats of KL (charged like
+asd's), ``gate`` = the floor tau, ``cap`` = relaxed nodes per block, and ``power`` (a = q ** power),
+the one column only sampled rows use (0 elsewhere). The greedy verifier never decides such a row
+(``verify.rules.rows_on``), and the sampled verifier only such rows (``sampled_rows_on``).
 
 Ordering: every device write is issued by the verify step, on the stream that runs it.
 - The verify step (``begin_verify``) gathers rows with ``batch.req_pool_indices`` (already on the
@@ -37,8 +44,14 @@ Ordering: every device write is issued by the verify step, on the stream that ru
   (inside the verify CUDA graph) is disarmed in every step that holds an ASD row, so the table is
   only ever read and charged by eager code on that stream.
 - Staged writes are applied with one host-to-device copy (pinned, non-blocking) of a packed
-  ``[n, 5 + T]`` float64 block; slots, caps, rule ids and token ids are exact in float64. A step
+  ``[n, 6 + T]`` float64 block; slots, caps, rule ids and token ids are exact in float64. A step
   that follows no admission or release copies nothing.
+- Sampled rows follow the same order: admitted and released by staging, applied by
+  ``begin_verify`` (called by ``eagle_sample`` before SGLang's sampling branch runs), and charged by
+  the same verify step after ``asd_sampled_verify`` decided them, on the same stream (the sampling
+  branch runs eagerly after the verify forward, never inside a CUDA graph). ``rules_active`` lists
+  the greedy rules only (the greedy kernel's choice); ``sampled_active`` says, on the host, whether
+  any sampled row is on, so the sampled verifier runs only then.
 - Which rules the rows use (``rules_active``) is known on the host without a sync: it is updated
   with ``owner`` at admission and release, and ``begin_verify`` applies exactly those staged
   writes before the batch's verify is issued, so at that moment the host view describes every
@@ -59,8 +72,9 @@ from typing import FrozenSet, Iterable, NamedTuple, Optional, Sequence
 import torch
 
 from sglang_asd.policy.config import RULE_NAMES, RULES
+from sglang_asd.verify.rules import SAMPLED_RULE_ID
 
-_FIELDS = 5  # slot, remaining, gate, cap, rule; then the stop tokens
+_FIELDS = 6  # slot, remaining, gate, cap, rule, power; then the stop tokens
 
 
 class LedgerRows(NamedTuple):
@@ -71,6 +85,7 @@ class LedgerRows(NamedTuple):
     cap: torch.Tensor  # [bs] int32
     stop_tokens: torch.Tensor  # [bs, T] int64, -1 padded
     rule: torch.Tensor  # [bs] int32 rule id
+    power: torch.Tensor  # [bs] float32 (sampled rows: a = q ** power; 0 elsewhere)
 
 
 class ASDLedgerTable:
@@ -80,9 +95,10 @@ class ASDLedgerTable:
         self.gate = torch.zeros(num_slots, dtype=torch.float32, device=self.device)  # [slots]
         self.cap = torch.zeros(num_slots, dtype=torch.int32, device=self.device)  # [slots]
         self.rule = torch.zeros(num_slots, dtype=torch.int32, device=self.device)  # [slots] rule id
+        self.power = torch.zeros(num_slots, dtype=torch.float32, device=self.device)  # [slots] sampled rows only
         self.stop_tokens = torch.full((num_slots, stop_width), -1, dtype=torch.int64, device=self.device)  # [slots, T]
         self.owner: dict[int, object] = {}  # host view: slot -> the ledger its row holds (ASD rows only)
-        self._staged: dict[int, tuple] = {}  # slot -> (remaining, gate, cap, rule, stop tokens); last write wins
+        self._staged: dict[int, tuple] = {}  # slot -> (remaining, gate, cap, rule, power, stop tokens); last write wins
         self._rule_of: dict[int, int] = {}  # host view: slot -> rule id (ASD rows only, as owner)
         self._rule_count: collections.Counter = collections.Counter()  # rule id -> ASD rows using it
         self._host_rows = torch.zeros(num_slots, dtype=torch.bool)  # host view: slot -> ASD row (as owner)
@@ -98,20 +114,28 @@ class ASDLedgerTable:
 
     @property
     def rules_active(self) -> FrozenSet[str]:
-        """The rules of the rows that let ASD decide (host view, see the module docstring)."""
-        return frozenset(RULE_NAMES[r] for r, n in self._rule_count.items() if n > 0)
+        """The greedy rules of the rows that let ASD decide (host view, see the module docstring)."""
+        return frozenset(RULE_NAMES[r] for r, n in self._rule_count.items() if n > 0 and r != SAMPLED_RULE_ID)
+
+    @property
+    def sampled_active(self) -> bool:
+        """Host view: some row lets the sampled verifier decide."""
+        return self._rule_count[SAMPLED_RULE_ID] > 0
 
     def admit(self, slots: Sequence[int], owners: Sequence[object], remaining: Sequence[float],
               gate: Sequence[float], cap: Sequence[int], stop_tokens: Sequence[Iterable[int]],
-              rule: Optional[Sequence[int]] = None) -> None:
+              rule: Optional[Sequence[int]] = None, power: Optional[Sequence[float]] = None) -> None:
         """Stage the rows of requests that took (or were lent) these slots. ``rule``: rule ids
-        (default asd); a row is an ASD row when the caller's rule admits exceptions on it
-        (remaining, gate > 0 and, for a capped rule, cap > 0), as ``verify.rules.rows_on`` decides."""
+        (default asd); ``power``: sampled rows' power (default 0). A row is an ASD row when the
+        caller's rule admits exceptions on it (remaining, gate > 0 and, for a capped rule, cap > 0),
+        as ``verify.rules.rows_on`` / ``sampled_rows_on`` decide."""
         rule = [0] * len(slots) if rule is None else rule
-        for s, o, r, g, c, stops, k in zip(slots, owners, remaining, gate, cap, stop_tokens, rule):
-            self._staged[s] = (float(r), float(g), int(c), int(k), sorted({int(t) for t in stops}))
+        power = [0.0] * len(slots) if power is None else power
+        for s, o, r, g, c, stops, k, w in zip(slots, owners, remaining, gate, cap, stop_tokens, rule, power):
+            self._staged[s] = (float(r), float(g), int(c), int(k), float(w), sorted({int(t) for t in stops}))
             self._forget(s)
-            if r > 0 and g > 0 and (c > 0 or not RULES[RULE_NAMES[k]].capped):
+            capped = k == SAMPLED_RULE_ID or RULES[RULE_NAMES[k]].capped
+            if r > 0 and g > 0 and (c > 0 or not capped):
                 self.owner[s] = o
                 self._host_rows[s] = True
                 self._rule_of[s] = int(k)
@@ -123,7 +147,7 @@ class ASDLedgerTable:
             owned = s in self.owner
             self._forget(s)
             if owned or s in self._staged:
-                self._staged[s] = (0.0, 0.0, 0, 0, [])
+                self._staged[s] = (0.0, 0.0, 0, 0, 0.0, [])
 
     def _forget(self, slot: int) -> None:
         """Drop ``slot`` from the host view (owner, rule counts)."""
@@ -151,7 +175,7 @@ class ASDLedgerTable:
         if self._staged:
             self._apply_staged()
         return LedgerRows(self.remaining[rows], self.gate[rows], self.cap[rows], self.stop_tokens[rows],
-                          self.rule[rows])
+                          self.rule[rows], self.power[rows])
 
     def charge(self, rows: torch.Tensor, remaining: torch.Tensor) -> None:
         """Write back each row's remaining budget after the round (``rows`` [bs], ``remaining`` [bs]);
@@ -160,22 +184,24 @@ class ASDLedgerTable:
 
     def _apply_staged(self) -> None:
         staged, self._staged = self._staged, {}
-        width = max(len(v[4]) for v in staged.values())
+        width = max(len(v[5]) for v in staged.values())
         if width > self.stop_tokens.shape[1]:  # rare: grow to the next power of two, in stream order
             grown = torch.full((self.stop_tokens.shape[0], _next_pow2(width)), -1, dtype=torch.int64,
                                device=self.device)
             grown[:, : self.stop_tokens.shape[1]] = self.stop_tokens
             self.stop_tokens = grown
         T = self.stop_tokens.shape[1]
-        packed = [[s, r, g, c, k, *stops, *([-1] * (T - len(stops)))] for s, (r, g, c, k, stops) in staged.items()]
+        packed = [[s, r, g, c, k, w, *stops, *([-1] * (T - len(stops)))]
+                  for s, (r, g, c, k, w, stops) in staged.items()]
         pinned = self.device.type == "cuda"
-        host = torch.tensor(packed, dtype=torch.float64, pin_memory=pinned)  # [n, 5 + T]
+        host = torch.tensor(packed, dtype=torch.float64, pin_memory=pinned)  # [n, 6 + T]
         block = host.to(self.device, non_blocking=pinned)
         idx = block[:, 0].long()
         self.remaining[idx] = block[:, 1].float()
         self.gate[idx] = block[:, 2].float()
         self.cap[idx] = block[:, 3].int()
         self.rule[idx] = block[:, 4].int()
+        self.power[idx] = block[:, 5].float()
         self.stop_tokens[idx] = block[:, _FIELDS:].long()
 
 

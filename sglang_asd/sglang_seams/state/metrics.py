@@ -3,9 +3,10 @@
 Created only when the server runs with ``--enable-metrics``, on the scheduler that exports
 SGLang's own metrics (attention-TP rank 0), so TP ranks do not double count. SGLang runs
 prometheus_client in multiprocess mode, so counters made in the scheduler appear on the HTTP
-server's ``/metrics``. Every counter carries a ``rule`` label (asd, local, margin, threshold: the
-request's rule), so rules compare by the same counts; ``sglang:asd_budget_exhausted_total`` counts
-asd requests only (the one rule whose budget is a request ledger).
+server's ``/metrics``. Every counter carries a ``rule`` label (asd, local, margin, threshold, or
+asd-sampled for sampled requests: the request's rule), so rules compare by the same counts;
+``sglang:asd_budget_exhausted_total`` counts the rules whose budget is a request ledger (asd and
+asd-sampled). Sampled requests' relaxed nodes and their KL charges have their own counters.
 """
 
 from __future__ import annotations
@@ -31,6 +32,12 @@ class ASDMetrics:
         self.exhausted = Counter(
             "sglang:asd_budget_exhausted_total",
             "asd requests that finished with less than 1% of their budget left (requests).", ruled)
+        self.relaxed = Counter(
+            "sglang:asd_relaxed_nodes_total",
+            "Verify nodes relaxed by the sampled rule (charged whether or not the token was accepted) (nodes).", ruled)
+        self.kl = Counter(
+            "sglang:asd_kl_spent_nats_total",
+            "KL divergence from exact speculative sampling charged to sampled requests' ledgers (nats).", ruled)
         self.active = Gauge(
             "sglang:asd_active_ledgers", "Request-pool slots holding an ASD ledger row now (requests).", names,
             multiprocess_mode="livesum")
@@ -44,6 +51,11 @@ class ASDMetrics:
             self.regret.labels(**self._labels, rule=rule).inc(regret)
         if suffix_tokens:
             self.suffix.labels(**self._labels, rule=rule).inc(suffix_tokens)
+
+    def observe_relaxed(self, nodes: int, kl: float, rule: str = "asd-sampled") -> None:
+        if nodes:
+            self.relaxed.labels(**self._labels, rule=rule).inc(nodes)
+            self.kl.labels(**self._labels, rule=rule).inc(kl)
 
     def observe_request(self, reason: Optional[str], rule: str = "asd") -> None:
         self.requests.labels(**self._labels, applied=str(reason is None).lower(), reason=reason or "", rule=rule).inc()

@@ -8,6 +8,11 @@ what a retracted request resumes from.
 Every rule counts ``spent`` (the sum of its exceptions' regrets) so that rules compare by spent
 regret; only the asd rule has a ledger that bounds it (``remaining = budget - spent``). For the
 other rules the receipt's ``remaining`` is null: nothing it could claim is enforced.
+
+A sampled request (temperature > 0, not top-k 1) with a budget is served by the sampled rule
+(``asd-sampled-1``, ``sglang_asd.policy.sampled``): the same ``asd_budget`` is then nats of KL
+divergence from exact speculative sampling, ``spent`` sums the charges of its relaxed nodes
+(booked whether or not the relaxed token was accepted) and each event is one relaxed node.
 """
 
 from __future__ import annotations
@@ -16,6 +21,7 @@ import dataclasses
 from typing import Any, Mapping, Optional
 
 from sglang_asd.policy import ASDConfig, validate_budget
+from sglang_asd.policy.sampled import SAMPLED_RULE, SAMPLED_RULE_VERSION, SampledConfig
 from sglang_asd.server_settings import ASDServerSettings
 
 # Keys of SamplingParams.custom_params that carry a request's ASD choices (the HTTP layer moves
@@ -26,11 +32,17 @@ CAP_KEY = "asd_max_exceptions_per_block"
 RULE_KEY = "asd_rule"
 MARGIN_KEY = "asd_margin"
 THRESHOLD_KEY = "asd_threshold"
-REQUEST_KEYS = (BUDGET_KEY, GATE_KEY, CAP_KEY, RULE_KEY, MARGIN_KEY, THRESHOLD_KEY)
+SAMPLED_FLOOR_KEY = "asd_sampled_floor"
+SAMPLED_POWER_KEY = "asd_sampled_power"
+SAMPLED_CAP_KEY = "asd_sampled_max_relaxed_per_block"
+SAMPLED_KEYS = (SAMPLED_FLOOR_KEY, SAMPLED_POWER_KEY, SAMPLED_CAP_KEY)
+REQUEST_KEYS = (BUDGET_KEY, GATE_KEY, CAP_KEY, RULE_KEY, MARGIN_KEY, THRESHOLD_KEY) + SAMPLED_KEYS
 
 # Why ASD did not apply to a request.
 REASON_STRICT = "strict"  # the request's choice is strict greedy: budget 0, its rule's gate 0, or cap 0
-REASON_SAMPLING = "sampling"
+REASON_SAMPLING = "sampling"  # a sampled request where the sampled rule cannot run (its verify is greedy, or no seam)
+REASON_THRESHOLDS = "thresholds"  # sampled: SGLang's --speculative-accept-threshold-single/-acc are not 1
+REASON_REJECTION_SAMPLING = "rejection_sampling"  # sampled: --speculative-use-rejection-sampling
 REASON_NO_SPEC = "no_speculative_decoding"
 
 
@@ -39,14 +51,22 @@ class RequestASD:
     """A request's validated choice: its budget B and its rule config (the server's, tightened).
 
     B is the opt-in of every rule (0 = strict greedy) and, for asd, its ledger's limit; local
-    uses it as a per-block limit; margin and threshold read it only as the opt-in."""
+    uses it as a per-block limit; margin and threshold read it only as the opt-in. ``sampled``:
+    the sampled rule's parameters (the server's, tightened), used if the request samples; then B
+    is nats of KL."""
 
     budget: float
     config: ASDConfig
+    sampled: SampledConfig = SampledConfig()
 
     @property
     def is_strict(self) -> bool:
         return self.budget <= 0 or not self.config.allows_exceptions
+
+    @property
+    def is_sampled_strict(self) -> bool:
+        """A sampled request's choice relaxes nothing: budget 0 or cap 0."""
+        return self.budget <= 0 or self.sampled.max_relaxed_per_block == 0
 
     @classmethod
     def from_custom_params(cls, custom_params: Optional[Mapping[str, Any]], settings: ASDServerSettings) -> "RequestASD":
@@ -58,6 +78,9 @@ class RequestASD:
                 gate=params.get(GATE_KEY), max_exceptions_per_block=params.get(CAP_KEY), rule=params.get(RULE_KEY),
                 margin=params.get(MARGIN_KEY), threshold=params.get(THRESHOLD_KEY),
                 allowed_rules=settings.allowed_rules),
+            sampled=settings.sampled.tightened(
+                floor=params.get(SAMPLED_FLOOR_KEY), power=params.get(SAMPLED_POWER_KEY),
+                max_relaxed_per_block=params.get(SAMPLED_CAP_KEY)),
         )
 
     @classmethod
@@ -71,6 +94,7 @@ class RequestLedger:
 
     choice: RequestASD
     reason: Optional[str] = None  # None: ASD applies
+    sampled: bool = False  # a sampled request: the sampled rule (KL budget), not choice.config's rule
     max_events: int = 64
     spent: float = 0.0
     exceptions: int = 0
@@ -85,12 +109,13 @@ class RequestLedger:
 
     @property
     def rule(self) -> str:
-        return self.choice.config.rule
+        """The rule's name (the metrics' ``rule`` label): ``asd-sampled`` for a sampled request."""
+        return SAMPLED_RULE if self.sampled else self.choice.config.rule
 
     @property
     def remaining(self) -> Optional[float]:
-        """budget - spent under the asd rule's ledger; None for a rule without one."""
-        if not self.choice.config.traits.ledger:
+        """budget - spent under the asd or sampled rule's ledger; None for a rule without one."""
+        if not (self.sampled or self.choice.config.traits.ledger):
             return None
         return max(self.choice.budget - self.spent, 0.0)
 
@@ -110,8 +135,21 @@ class RequestLedger:
         else:
             self.events_truncated = True
 
+    def record_relaxed(self, pos: int, token: int, q: float, a: float, charge: float, accepted: bool) -> None:
+        """A sampled request's relaxed node: its output position, the relaxed token, q = p(token),
+        a, the KL charge (nats, booked whether or not accepted) and whether the token was committed."""
+        self.exceptions += 1
+        self.spent += charge
+        if len(self.events) < self.max_events:
+            self.events.append({"pos": pos, "token": token, "q": round(q, 6), "a": round(a, 6),
+                                "charge": round(charge, 9), "accepted": accepted})
+        else:
+            self.events_truncated = True
+
     def receipt(self) -> dict:
         """docs/CONTRACTS.md "Receipt": the rule's version, its parameters, and what was spent."""
+        if self.sampled:
+            return self._sampled_receipt()
         config = self.choice.config
         remaining = self.remaining
         return {
@@ -124,6 +162,24 @@ class RequestLedger:
             **config.parameters(),
             "exceptions": self.exceptions,
             "suffix_tokens": self.suffix_tokens,
+            "events": list(self.events),
+            "events_truncated": self.events_truncated,
+        }
+
+    def _sampled_receipt(self) -> dict:
+        """A sampled request's receipt: spent and remaining in nats of KL, one event per relaxed node."""
+        sampled = self.choice.sampled
+        return {
+            "applied": self.applied,
+            "reason": self.reason,
+            "rule": SAMPLED_RULE_VERSION,
+            "budget": self.choice.budget,
+            "spent": round(min(self.spent, self.choice.budget), 9),
+            "remaining": round(self.remaining, 9),
+            "floor": sampled.floor,
+            "power": sampled.power,
+            "max_relaxed_per_block": sampled.max_relaxed_per_block,
+            "relaxed": self.exceptions,
             "events": list(self.events),
             "events_truncated": self.events_truncated,
         }

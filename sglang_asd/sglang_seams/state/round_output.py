@@ -7,6 +7,10 @@ position i = 0..K-1 of each row's accepted path (no sync). The one dataclass imp
 batch's tokens (no extra sync), and ``consume`` runs on that host copy after the tokens are
 committed to each request and before responses are streamed. Rows align with ``batch.reqs``;
 the token of draft position i lands at output index ``commit.output_index + i``.
+
+Sampled rows (``asd-sampled``): ``with_sampled`` adds the sampled verifier's per-position receipts
+(relaxed nodes: token, q, a, charge, accepted; ``verify.sampled_verify.SampledVerifyOutput``) for
+the rows it decided; a round without a sampled decision leaves those fields None.
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ import torch
 
 if TYPE_CHECKING:
     from sglang_asd.verify import ASDVerifyOutput
+    from sglang_asd.verify.sampled_verify import SampledVerifyOutput
 
 
 @dataclasses.dataclass(frozen=True)
@@ -29,6 +34,14 @@ class ASDRoundOutput:
     exception_regret: torch.Tensor  # [bs, K] float32
     draft_token: torch.Tensor  # [bs, K] int64: the accepted token at each draft position
     target_token: torch.Tensor  # [bs, K] int64: the target's argmax there
+    # Sampled rows (None when the round had no sampled decision):
+    sampled_active: Optional[torch.Tensor] = None  # [bs] bool: decided by the sampled verifier
+    relaxed: Optional[torch.Tensor] = None  # [bs, K] bool: the node at draft position i was relaxed (charged)
+    relaxed_token: Optional[torch.Tensor] = None  # [bs, K] int64: the relaxed child's token
+    relaxed_q: Optional[torch.Tensor] = None  # [bs, K] float32: its q = p(token)
+    relaxed_accept_prob: Optional[torch.Tensor] = None  # [bs, K] float32: its a
+    relaxed_charge: Optional[torch.Tensor] = None  # [bs, K] float32: KL charged (nats)
+    relaxed_accepted: Optional[torch.Tensor] = None  # [bs, K] bool: the relaxed token was committed
 
     @classmethod
     def of_round(cls, out: "ASDVerifyOutput", active: torch.Tensor, candidates: torch.Tensor,
@@ -49,8 +62,16 @@ class ASDRoundOutput:
             target_token=out.target_token,
         )
 
+    def with_sampled(self, out: "SampledVerifyOutput", sampled_active: torch.Tensor) -> "ASDRoundOutput":
+        """This round's output with the sampled verifier's receipts for the rows ``sampled_active`` [bs]."""
+        return dataclasses.replace(
+            self, sampled_active=sampled_active, relaxed=out.relaxed & sampled_active[:, None],
+            relaxed_token=out.relaxed_token, relaxed_q=out.relaxed_q, relaxed_accept_prob=out.relaxed_accept_prob,
+            relaxed_charge=out.relaxed_charge, relaxed_accepted=out.relaxed_accepted)
+
     def copy_to_host(self, copy_tensor: Callable[[torch.Tensor], torch.Tensor]) -> "ASDRoundOutput":
-        return ASDRoundOutput(**{f.name: copy_tensor(getattr(self, f.name)) for f in dataclasses.fields(self)})
+        return ASDRoundOutput(**{f.name: None if getattr(self, f.name) is None else copy_tensor(getattr(self, f.name))
+                                 for f in dataclasses.fields(self)})
 
     def consume(self, batch, commits: Sequence[Optional[object]]) -> None:
         """Post each row's exceptions to its request's ledger, at their output positions.
@@ -61,6 +82,8 @@ class ASDRoundOutput:
         that finished in an earlier round but was still in this one (the overlap scheduler's
         one-step lag) gets no commit, so its extra round charges nobody.
         """
+        if self.sampled_active is not None:
+            self._consume_sampled(batch, commits)
         active = self.active.numpy()
         if not active.any():
             return
@@ -92,3 +115,37 @@ class ASDRoundOutput:
             for rule, (exceptions_total, spent_total, suffix_total) in totals.items():
                 metrics.observe_round(exceptions=exceptions_total, regret=spent_total, suffix_tokens=suffix_total,
                                       rule=rule)
+
+    def _consume_sampled(self, batch, commits: Sequence[Optional[object]]) -> None:
+        """Post each sampled row's relaxed nodes to its request's ledger, at their output positions.
+
+        As for exceptions, only nodes whose output position became visible are posted (the
+        device charged the cut ones too; the host receipt reports what the output shows, and its
+        spent is the sum of its events' charges); a request without a commit (finished in an
+        earlier round, the overlap scheduler's lag) is not charged."""
+        from sglang_asd.sglang_seams.state.runtime import get_runtime
+
+        relaxed = self.relaxed.numpy()
+        rows = np.flatnonzero(self.sampled_active.numpy() & relaxed.any(axis=1))
+        if rows.size == 0:
+            return
+        token = self.relaxed_token.numpy()
+        q = self.relaxed_q.numpy()
+        a = self.relaxed_accept_prob.numpy()
+        charge = self.relaxed_charge.numpy()
+        accepted = self.relaxed_accepted.numpy()
+        nodes, nats = 0, 0.0
+        for row in rows:
+            commit = commits[row]
+            ledger = getattr(batch.reqs[row], "asd_ledger", None)
+            if commit is None or ledger is None:
+                continue
+            visible = min(len(commit.token_ids), relaxed.shape[1])
+            for pos in np.flatnonzero(relaxed[row, :visible]):
+                ledger.record_relaxed(commit.output_index + int(pos), int(token[row, pos]), float(q[row, pos]),
+                                      float(a[row, pos]), float(charge[row, pos]), bool(accepted[row, pos]))
+                nodes += 1
+                nats += float(charge[row, pos])
+        metrics = get_runtime().metrics
+        if metrics is not None and nodes:
+            metrics.observe_relaxed(nodes=nodes, kl=nats)
