@@ -57,6 +57,8 @@ ASD_ARGS = {
     # margin and threshold ceilings above their defaults, so the rule tests (test_asd_rules) can trigger
     # exceptions with the tiny noisy draft on the same server as everything else on EAGLE
     "eagle": ["--asd-margin", "2", "--asd-threshold", "1"],
+    "dspark": ["--asd-margin", "2", "--asd-threshold", "1"],
+    "dflash": ["--asd-margin", "2", "--asd-threshold", "1"],
     "standalone_fix": ["--asd-standalone-draft-fix"],
     "standalone_self": ["--asd-standalone-draft-fix"],
 }
@@ -73,20 +75,16 @@ MAX_ALIVE = 3
 
 class Want(NamedTuple):
     """One server of the pool: ``CONFIGS[config]``, stock SGLang or ASD, extra arguments, overlap on/off
-    (SGLang's overlap scheduler kept on for CPU speculative decoding, ``tests/cpu_overlap.py``), sampling
-    verify on/off (SGLang's sampling branch served on CPU, ``tests/cpu_sampling.py``)."""
+    (SGLang's overlap scheduler kept on for CPU speculative decoding, ``tests/cpu_overlap.py``)."""
 
     config: str
     stock: bool = False
     extra: tuple = ()
     overlap: bool = False
-    sampling: bool = False
 
     def launch(self) -> tuple[str, tuple[str, ...]]:
         """(module, arguments): the pool's key, so two names for the same server share one process."""
-        if self.sampling:
-            module = "tests.sampling_stock_server" if self.stock else "tests.sampling_asd_server"
-        elif self.overlap:
+        if self.overlap:
             module = "tests.overlap_stock_server" if self.stock else "tests.overlap_asd_server"
         else:
             module = "sglang_asd.stock_server" if self.stock else "sglang_asd.launch_server"
@@ -95,8 +93,7 @@ class Want(NamedTuple):
 
     @property
     def name(self) -> str:
-        return (f"{self.config}{'-overlap' if self.overlap else ''}{'-sampling' if self.sampling else ''}"
-                f"-{'stock' if self.stock else 'asd'}")
+        return f"{self.config}{'-overlap' if self.overlap else ''}-{'stock' if self.stock else 'asd'}"
 
 
 # Servers a block of tests uses together (see pytest_collection_modifyitems): the pool starts them side
@@ -109,7 +106,7 @@ GROUP_SERVERS = {
 
 # Run order of the tests parametrized over ``algorithm``; tests marked ``server_group(NAME)`` with NAME
 # in this list join that algorithm's block. Eagle last: its servers stay alive for what follows.
-ALGORITHM_ORDER = ["standalone", "standalone_fix", "eagle_tree", "eagle3", "ngram", "eagle"]
+ALGORITHM_ORDER = ["standalone", "standalone_fix", "eagle_tree", "eagle3", "ngram", "dspark", "dflash", "eagle"]
 _BLOCK_SERVERS = pytest.StashKey[tuple]()
 
 
@@ -186,10 +183,9 @@ class ServerPool:
         self.alive: dict[tuple, Server] = {}  # insertion order = recency; some may still be starting
         self.stopped: list[tuple[Server, int]] = []  # servers that had served, once stopped: exit status
 
-    def get(self, config: str, stock: bool = False, extra: tuple = (), overlap: bool = False,
-            sampling: bool = False) -> Server:
+    def get(self, config: str, stock: bool = False, extra: tuple = (), overlap: bool = False) -> Server:
         """The server (started now, or by ``start``), once it serves."""
-        want = Want(config, stock, tuple(extra), overlap, sampling)
+        want = Want(config, stock, tuple(extra), overlap)
         key = want.launch()
         server = self.alive.pop(key, None)
         if server is None:
