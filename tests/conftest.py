@@ -75,16 +75,20 @@ MAX_ALIVE = 3
 
 class Want(NamedTuple):
     """One server of the pool: ``CONFIGS[config]``, stock SGLang or ASD, extra arguments, overlap on/off
-    (SGLang's overlap scheduler kept on for CPU speculative decoding, ``tests/cpu_overlap.py``)."""
+    (SGLang's overlap scheduler kept on for CPU speculative decoding, ``tests/cpu_overlap.py``), sampling
+    verify on/off (SGLang's sampling branch served on CPU, ``tests/cpu_sampling.py``)."""
 
     config: str
     stock: bool = False
     extra: tuple = ()
     overlap: bool = False
+    sampling: bool = False
 
     def launch(self) -> tuple[str, tuple[str, ...]]:
         """(module, arguments): the pool's key, so two names for the same server share one process."""
-        if self.overlap:
+        if self.sampling:
+            module = "tests.sampling_stock_server" if self.stock else "tests.sampling_asd_server"
+        elif self.overlap:
             module = "tests.overlap_stock_server" if self.stock else "tests.overlap_asd_server"
         else:
             module = "sglang_asd.stock_server" if self.stock else "sglang_asd.launch_server"
@@ -93,7 +97,8 @@ class Want(NamedTuple):
 
     @property
     def name(self) -> str:
-        return f"{self.config}{'-overlap' if self.overlap else ''}-{'stock' if self.stock else 'asd'}"
+        return (f"{self.config}{'-overlap' if self.overlap else ''}{'-sampling' if self.sampling else ''}"
+                f"-{'stock' if self.stock else 'asd'}")
 
 
 # Servers a block of tests uses together (see pytest_collection_modifyitems): the pool starts them side
@@ -183,9 +188,10 @@ class ServerPool:
         self.alive: dict[tuple, Server] = {}  # insertion order = recency; some may still be starting
         self.stopped: list[tuple[Server, int]] = []  # servers that had served, once stopped: exit status
 
-    def get(self, config: str, stock: bool = False, extra: tuple = (), overlap: bool = False) -> Server:
+    def get(self, config: str, stock: bool = False, extra: tuple = (), overlap: bool = False,
+            sampling: bool = False) -> Server:
         """The server (started now, or by ``start``), once it serves."""
-        want = Want(config, stock, tuple(extra), overlap)
+        want = Want(config, stock, tuple(extra), overlap, sampling)
         key = want.launch()
         server = self.alive.pop(key, None)
         if server is None:
