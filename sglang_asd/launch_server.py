@@ -131,6 +131,9 @@ def cpu_defaults(argv: list[str]) -> list[str]:
         extra += ["--dtype", "bfloat16"]
     if not _has_flag(argv, "--sleep-on-idle"):  # an idle scheduler otherwise polls at ~1/3 of a core
         extra += ["--sleep-on-idle"]
+    if _flag_value(argv, "--disaggregation-mode") == "decode" and not _has_flag(
+            argv, "--disaggregation-decode-retraction-backup"):  # SGLang's host_pool registers CUDA host memory
+        extra += ["--disaggregation-decode-retraction-backup", "cpu_tensor"]
     return argv + extra
 
 

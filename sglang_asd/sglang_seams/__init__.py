@@ -10,7 +10,8 @@ Processes:
 - launcher / HTTP server (tokenizer manager): ``install_frontend_hooks`` (request validation,
   OpenAI fields, receipts in responses; CPU platform facts for argument resolution) and, with the
   CPU stand-in, ``install_launcher_cpu_hooks`` (children start by fork: ``start_method``; DSPARK/DFLASH argument resolution: ``block_drafters``).
-- each scheduler (every TP rank): ``install_scheduler_hooks`` (ledger, verify, receipts, metrics,
+- each scheduler (every TP rank): ``install_scheduler_hooks`` (ledger, also on a PD decode server's
+  request pool, verify, receipts, metrics,
   and, with ``--asd-standalone-draft-fix`` only, the STANDALONE draft's KV convention:
   ``standalone_draft``).
 - detokenizer: nothing.
@@ -124,6 +125,7 @@ def _check_draft_backend() -> None:
 def scheduler_hooks(settings: ASDServerSettings) -> list[tuple[str, Callable]]:
     """Every scheduler-side hook, one list per hooked SGLang class or function (each from its module)."""
     from sglang_asd.sglang_seams.scheduler import (
+        decode_req_to_token_pool,
         dflash_accept,
         dspark_accept,
         eagle_sample,
@@ -133,21 +135,22 @@ def scheduler_hooks(settings: ASDServerSettings) -> list[tuple[str, Callable]]:
     )
 
     hooks = (eagle_sample.hooks() + dspark_accept.hooks() + dflash_accept.hooks() + req_to_token_pool.hooks()
-             + scheduler.hooks())
+             + decode_req_to_token_pool.hooks() + scheduler.hooks())
     if settings.standalone_draft_fix:
         hooks += standalone_draft.hooks()
     return hooks
 
 
 def install_cpu_path_hooks() -> list[tuple[str, Callable]]:
-    """Scheduler process on CPU: SGLang paths that need a CPU fix, and the block drafters' CPU seams
-    (none on a GPU install)."""
-    from sglang_asd.cpu_backend.seams import block_drafters, cpu_paths
+    """Scheduler process on CPU: SGLang paths that need a CPU fix (``cpu_paths``; the PD mooncake
+    sender: ``pd_transfer``), and the block drafters' CPU seams (none on a GPU install)."""
+    from sglang_asd.cpu_backend.seams import block_drafters, cpu_paths, pd_transfer
 
-    hooks = cpu_paths.hooks()
+    hooks = cpu_paths.hooks() + pd_transfer.hooks()
     drafters = block_drafters.scheduler_hooks()
     if hooks or drafters:
-        preload = ("sglang.srt.managers.scheduler",) + (block_drafters.SCHEDULER_PRELOAD if drafters else ())
+        preload = (("sglang.srt.managers.scheduler",) + (pd_transfer.PRELOAD if pd_transfer.hooks() else ())
+                   + (block_drafters.SCHEDULER_PRELOAD if drafters else ()))
         _register_and_apply(hooks + drafters, preload=preload)
         check_installed([t for t, _ in hooks + drafters])
     if drafters:

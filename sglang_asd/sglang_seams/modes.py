@@ -9,9 +9,12 @@ either would serve every request strictly while receipts claimed otherwise, so i
   ``sglang serve`` that picked sglang-asd up through the plugin entry point.
 
 Read from SGLang 0.5.23:
-- PD disaggregation: the decode server's pool is ``DecodeReqToTokenPool``
-  (``srt/disaggregation/decode.py``), not a ``ReqToTokenPool``, so no ledger row is ever written; a
-  prefill server runs no verify step at all.
+- PD disaggregation: a prefill server runs no verify step at all (it computes the prompt and the
+  first token, and hands the KV to the decode server), so ASD is refused there and its receipts say
+  ``unsupported:pd_prefill``; the client's response, and its receipt, come from the decode server.
+  The decode server is supported: its request pool, ``DecodeReqToTokenPool``
+  (``srt/disaggregation/decode.py``), is not a ``ReqToTokenPool`` and holds the ledger through its
+  own hooks (``scheduler/decode_req_to_token_pool.py``).
 Every speculative algorithm verifies through one of the seams above: EAGLE, EAGLE3, NEXTN/MTP,
 FROZEN_KV_MTP and UNO via ``run_eagle_verify``; STANDALONE; NGRAM; DSPARK (``accept_draft_tokens``,
 its folded accept disarmed in steps with ASD rows); DFLASH (``_accept_block``). README's support
@@ -24,8 +27,7 @@ from typing import Optional
 
 UNSUPPORTED_ALGORITHMS: dict[str, str] = {}  # algorithm -> why ASD cannot run with it (none in 0.5.23)
 UNSUPPORTED_DISAGGREGATION = {
-    "decode": "the decode server's DecodeReqToTokenPool bypasses the request-pool hooks that hold the ledger",
-    "prefill": "a prefill server runs no verify step",
+    "prefill": "a prefill server runs no verify step (serve ASD on the decode server; the prefill server runs stock)",
 }
 
 

@@ -88,7 +88,7 @@ def test_bad_asd_flag_is_one_line_error(tmp_path):
 
 
 @pytest.mark.parametrize("flags,message", [
-    (["--disaggregation-mode", "decode"], "ASD cannot run with --disaggregation-mode decode"),
+    (["--disaggregation-mode", "prefill"], "ASD cannot run with --disaggregation-mode prefill"),
 ])
 def test_modes_asd_cannot_serve_are_refused_when_asd_is_asked_for(tmp_path, flags, message):
     r = _run(["--model-path", str(tmp_path), *flags, "--asd-default-budget", "8"])
@@ -102,16 +102,16 @@ def test_unsupported_modes_are_named_in_receipts():
     from sglang_asd.sglang_seams.modes import unsupported_mode
     from sglang_asd.sglang_seams.scheduler.scheduler import _reason
 
-    assert unsupported_mode("EAGLE", "decode") == "unsupported:pd_decode"
+    assert unsupported_mode("EAGLE", "decode") is None
     assert unsupported_mode("DSPARK", "prefill") == "unsupported:pd_prefill"
     for algorithm in ("NGRAM", "DSPARK", "dflash", None):
         assert unsupported_mode(algorithm, "null") is None and unsupported_mode(algorithm, None) is None
     greedy = type("P", (), {"top_k": 1, "temperature": 0.0})()
     choice = RequestASD(8.0, ASDConfig())
     assert _reason(choice, greedy, True, None) is None
-    reason = _reason(choice, greedy, True, "unsupported:pd_decode")
+    reason = _reason(choice, greedy, True, "unsupported:pd_prefill")
     receipt = RequestLedger(choice=choice, reason=reason).receipt()
-    assert receipt["applied"] is False and receipt["reason"] == "unsupported:pd_decode"
+    assert receipt["applied"] is False and receipt["reason"] == "unsupported:pd_prefill"
 
 
 def test_fixtures_are_built_in_a_child_process(tmp_path, monkeypatch):
