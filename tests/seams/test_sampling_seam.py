@@ -196,3 +196,26 @@ def test_the_sampled_hook_is_registered_only_where_the_platform_has_the_kernel(m
     assert seam.sampling_hooks() == []
     monkeypatch.setattr(verify_sampling, "tree_speculative_sampling_target_only", _kernel)
     assert seam.sampling_hooks() == [(seam.TREE_SAMPLING, seam.tree_sampling_around)]
+
+
+@pytest.mark.parametrize("spec, greedy_verify, kernel, reason", [
+    (dict(), False, True, None),
+    (dict(), True, True, "sampling"),  # CPU: SGLang commits argmax for sampled rows
+    (dict(), False, False, "sampling"),  # no sampling kernel on this platform
+    (dict(speculative_accept_threshold_single=0.9), False, True, "thresholds"),
+    (dict(speculative_accept_threshold_acc=0.5), False, True, "thresholds"),
+    (dict(speculative_use_rejection_sampling=True), False, True, "rejection_sampling"),
+])
+def test_why_a_sampled_request_is_not_served_by_the_sampled_rule(monkeypatch, spec, greedy_verify, kernel, reason):
+    from sglang.kernels.ops.speculative import verify_sampling
+    from sglang.srt import runtime_context
+    from sglang.srt.speculative import eagle_utils
+
+    from sglang_asd.sglang_seams.scheduler import scheduler
+
+    values = {**dict(speculative_use_rejection_sampling=False, speculative_accept_threshold_single=1.0,
+                     speculative_accept_threshold_acc=1.0), **spec}
+    monkeypatch.setattr(runtime_context, "get_spec", lambda: SimpleNamespace(**values))
+    monkeypatch.setattr(eagle_utils, "_verify_uses_greedy", lambda **kw: greedy_verify)
+    monkeypatch.setattr(verify_sampling, "tree_speculative_sampling_target_only", _kernel if kernel else None)
+    assert scheduler._sampling_reason() == reason
