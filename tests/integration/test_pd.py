@@ -1,7 +1,8 @@
 """sglang-asd as the decode server of a prefill/decode (PD) pair, on CPU, everything on 127.0.0.1.
 
-The pair: a prefill server (``sglang_asd.launch_server`` without ``--asd-*`` flags: it runs no verify
-step, its receipts say ``unsupported:pd_prefill``) and an ASD decode server (the tiny EAGLE config);
+The pair: a prefill server (``sglang_asd.launch_server`` with ``server_configs/cpu_tiny_eagle_prefill.yaml``,
+no ``--asd-*`` flags: it runs no verify step, its receipts say ``unsupported:pd_prefill``) and an ASD
+decode server (``cpu_tiny_eagle.yaml``);
 the stock pair runs ``sglang_asd.stock_server`` on both sides. The prefill server gets the same
 model and speculative flags as the decode server: with EAGLE it also runs the draft's prefill and
 hands its top-k and hidden state to the decode server with the KV.
@@ -12,9 +13,11 @@ Transfer backend: ``mooncake_tcp`` (SGLang's alias for Mooncake with its TCP tra
 ``cpu_backend/seams/pd_transfer.py``. Where the engine cannot load, the pair runs SGLang's ``fake``
 backend: the decode server then never receives the prompt's KV (its prefix KV is whatever its pool
 held) nor the prefill's first token (a hash of the request id), so requests carry fixed ids and
-run one at a time on fresh pairs, and only a stock pair on the same backend is a reference; smg
-cannot front a fake pair (its bootstrap host is the prefill's, so the decode side waits for
-metadata that never comes), and that test is skipped, saying why.
+run one at a time on fresh servers, and only a stock decode server on the same backend is a
+reference. SGLang refuses ``fake`` on a prefill server (``arg_groups/pd_disaggregation_hook.py``:
+"Prefill server does not support 'fake' as the transfer backend"), so the "pair" is its decode
+server alone, and smg cannot front it (its bootstrap host is the prefill's, so the decode side
+would wait for metadata that never comes): those tests are skipped, saying why.
 
 A client of a bare pair sends each request to both servers with the same ``bootstrap_room`` (smg
 does this for its clients); the response and its receipt come from the decode server.
@@ -46,6 +49,7 @@ TINY = ["--model-path", "fixture:tiny-llama", "--speculative-algorithm", "EAGLE"
         "--speculative-draft-model-path", "fixture:tiny-eagle-noisy", "--speculative-num-steps", "3",
         "--speculative-eagle-topk", "1", "--speculative-num-draft-tokens", "4"]
 DECODE_CONFIG = ["--config", str(ROOT / "server_configs" / "cpu_tiny_eagle.yaml"), "--enable-metrics"]
+PREFILL_CONFIG = ["--config", str(ROOT / "server_configs" / "cpu_tiny_eagle_prefill.yaml")]  # = TINY, as README runs it
 SMG = Path(sys.executable).with_name("smg")
 FAKE_HOST = "2.2.2.2"  # SGLang's FAKE_BOOTSTRAP_HOST: the fake backend's requests
 PROMPTS = ["The quick brown fox", "def add(a, b):", "Once upon a time", "1, 2, 3,", "import numpy as np",
@@ -71,29 +75,35 @@ class Pair:
         self.bootstrap_port = free_port()
         common = ["--disaggregation-transfer-backend", BACKEND]
         module = "sglang_asd.stock_server" if stock else "sglang_asd.launch_server"
-        self.prefill = Server(f"pd-{name}-prefill", [*TINY, *common, "--disaggregation-mode", "prefill",
-                                                     "--disaggregation-bootstrap-port", str(self.bootstrap_port)],
-                              module=module, wait=False)
+        prefill = TINY if stock else PREFILL_CONFIG  # the stock launcher takes no --config
+        self.prefill = None if BACKEND == "fake" else Server(
+            f"pd-{name}-prefill", [*prefill, *common, "--disaggregation-mode", "prefill",
+                                   "--disaggregation-bootstrap-port", str(self.bootstrap_port)],
+            module=module, wait=False)
         decode = TINY if stock else DECODE_CONFIG
         self.decode = Server(f"pd-{name}-decode", [*decode, *common, "--disaggregation-mode", "decode"],
                              module=module, wait=False)
-        self.prefill.ready(), self.decode.ready()
+        for server in self.servers:
+            server.ready()
 
-    def generate(self, text: str, rid: str, **sampling) -> tuple[dict, dict]:
+    @property
+    def servers(self) -> list:
+        return [s for s in (self.decode, self.prefill) if s is not None]
+
+    def generate(self, text: str, rid: str, **sampling) -> tuple[dict, dict | None]:
         """One request through the pair, as smg sends it: (decode's response, prefill's response)."""
         host = FAKE_HOST if BACKEND == "fake" else "127.0.0.1"
         body = {"text": text, "rid": rid, "bootstrap_host": host, "bootstrap_port": self.bootstrap_port,
                 "bootstrap_room": random.randrange(1, 2 ** 62), "sampling_params": {"temperature": 0, **sampling}}
         with cf.ThreadPoolExecutor(2) as pool:
-            futures = [pool.submit(requests.post, s.url + "/generate", json=body, timeout=300)
-                       for s in (self.decode, self.prefill)]
-            decode, prefill = [f.result() for f in futures]
-        assert decode.status_code == 200 and prefill.status_code == 200, (decode.text, prefill.text)
-        return decode.json(), prefill.json()
+            futures = [pool.submit(requests.post, s.url + "/generate", json=body, timeout=300) for s in self.servers]
+            answers = [f.result() for f in futures]
+        assert all(a.status_code == 200 for a in answers), [a.text for a in answers]
+        return answers[0].json(), answers[1].json() if len(answers) > 1 else None
 
     def stop(self) -> None:
-        self.decode.stop()
-        self.prefill.stop()
+        for server in self.servers:
+            server.stop()
 
 
 def _identity_jobs():
@@ -142,8 +152,9 @@ def test_receipts_come_from_the_decode_server(asd_pair):
     decode, prefill = asd_pair.generate("The capital of France is", "pd-receipt", max_new_tokens=24, asd_budget=8)
     check_receipt(decode, 8.0)
     assert decode["meta_info"]["asd"]["gate"] == 0.25 and decode["meta_info"].get("spec_verify_ct", 0) > 0
-    assert prefill["meta_info"]["asd"]["applied"] is False
-    assert prefill["meta_info"]["asd"]["reason"] == "unsupported:pd_prefill"
+    if prefill is not None:  # the fake backend has no prefill server
+        assert prefill["meta_info"]["asd"]["applied"] is False
+        assert prefill["meta_info"]["asd"]["reason"] == "unsupported:pd_prefill"
 
 
 def test_receipts_hold_under_slot_churn(asd_pair):
@@ -219,8 +230,9 @@ class PDGateway:
 @pytest.fixture(scope="module")
 def pd_gateway(asd_pair):
     if BACKEND == "fake":
-        pytest.skip("smg in front of a PD pair needs a real transfer backend: mooncake.engine does not load here "
-                    "(mooncake-transfer-engine-non-cuda needs libibverbs.so.1: apt-get install libibverbs1)")
+        pytest.skip("smg in front of a PD pair needs a real transfer backend (SGLang's fake one is decode-only): "
+                    "mooncake.engine does not load here (mooncake-transfer-engine-non-cuda needs libibverbs.so.1: "
+                    "apt-get install libibverbs1)")
     gw = PDGateway(asd_pair)
     try:
         yield gw

@@ -53,7 +53,10 @@
   (``0002-req-to-token-pool-slot-lifecycle-callbacks.patch``) would need the same registration
   on ``DecodeReqToTokenPool``, or this pool to share ``ReqToTokenPool``'s ``free`` -> ``free_rows``.
 - Removal: with ``req_to_token_pool.py`` (SGLang has per-request verify state of its own).
-- Tested on: sglang 0.5.23, CPU, fake transfer backend (``tests/integration/test_pd.py``).
+- Tested on: sglang 0.5.23, CPU: served with Mooncake over TCP and with SGLang's fake backend
+  (``tests/integration/test_pd.py``); the order above around the real pool
+  (``tests/seams/test_decode_req_to_token_pool.py``). The overlap loop is argued here; on CPU it
+  runs only through the test-only ``tests/cpu_overlap.py`` (SGLang turns overlap off on CPU).
 """
 
 from __future__ import annotations
