@@ -19,6 +19,9 @@ reference. SGLang refuses ``fake`` on a prefill server (``arg_groups/pd_disaggre
 server alone, and smg cannot front it (its bootstrap host is the prefill's, so the decode side
 would wait for metadata that never comes): those tests are skipped, saying why.
 
+The last tests run the decode servers with SGLang's overlap decode loop (``tests/cpu_overlap.py``,
+test-only on CPU), on a fresh ASD pair.
+
 A client of a bare pair sends each request to both servers with the same ``bootstrap_room`` (smg
 does this for its clients); the response and its receipt come from the decode server.
 At most three servers and smg run at once (the pool's servers are stopped first).
@@ -71,7 +74,7 @@ BACKEND = os.environ.get("SGLANG_ASD_TEST_PD_BACKEND") or ("mooncake_tcp" if _mo
 class Pair:
     """A prefill server and a decode server on one transfer backend."""
 
-    def __init__(self, name: str, stock: bool):
+    def __init__(self, name: str, stock: bool, overlap: bool = False):
         self.bootstrap_port = free_port()
         common = ["--disaggregation-transfer-backend", BACKEND]
         module = "sglang_asd.stock_server" if stock else "sglang_asd.launch_server"
@@ -81,6 +84,8 @@ class Pair:
                                    "--disaggregation-bootstrap-port", str(self.bootstrap_port)],
             module=module, wait=False)
         decode = TINY if stock else DECODE_CONFIG
+        if overlap:  # SGLang's overlap decode loop (event_loop_overlap_disagg_decode), test-only on CPU
+            module = "tests.overlap_stock_server" if stock else "tests.overlap_asd_server"
         self.decode = Server(f"pd-{name}-decode", [*decode, *common, "--disaggregation-mode", "decode"],
                              module=module, wait=False)
         for server in self.servers:
@@ -160,13 +165,17 @@ def test_receipts_come_from_the_decode_server(asd_pair):
 def test_receipts_hold_under_slot_churn(asd_pair):
     """Many concurrent requests ending on frequent stop tokens: decode slots are freed and taken again
     every few steps; every receipt stays within its budget, events at output positions."""
+    _churn(asd_pair)
+
+
+def _churn(pair: Pair) -> None:
     rng = random.Random(1)
     jobs = [(PROMPTS[i % len(PROMPTS)] + " " * rng.randrange(3), [64.0, 0.5, 0][i % 3], f"pd-churn-{i}")
             for i in range(N_CHURN)]
 
     def one(job):
         text, budget, rid = job
-        return asd_pair.generate(text, rid, max_new_tokens=24, stop_token_ids=STOP_IDS, asd_budget=budget)[0]
+        return pair.generate(text, rid, max_new_tokens=24, stop_token_ids=STOP_IDS, asd_budget=budget)[0]
     with cf.ThreadPoolExecutor(16) as pool:
         outs = list(pool.map(one, jobs))
     assert sum(len(o["output_ids"]) < 24 for o in outs) > N_CHURN // 2, "requests must mostly end on a stop token"
@@ -178,9 +187,9 @@ def test_receipts_hold_under_slot_churn(asd_pair):
         spent += check_receipt(out, budget)["spent"]
     assert spent > 0, "a noisy EAGLE head must trigger exceptions"
     deadline = time.time() + 30
-    while time.time() < deadline and metric(asd_pair.decode, "sglang:asd_active_ledgers") > 0:
+    while time.time() < deadline and metric(pair.decode, "sglang:asd_active_ledgers") > 0:
         time.sleep(0.5)
-    assert metric(asd_pair.decode, "sglang:asd_active_ledgers") == 0, "a freed decode slot kept its ledger row"
+    assert metric(pair.decode, "sglang:asd_active_ledgers") == 0, "a freed decode slot kept its ledger row"
 
 
 class PDGateway:
@@ -266,3 +275,26 @@ def test_smg_in_pd_mode_carries_budgets_and_decode_receipts(pd_gateway, asd_pair
     receipt = r.json()["choices"][0]["asd"]
     assert receipt["applied"] and receipt["budget"] == 8.0 and 0 <= receipt["spent"] <= 8.0
     assert r.json()["asd"] == receipt
+
+
+@pytest.fixture(scope="module")
+def overlap_pair(asd_pair, stock_outputs):
+    """An ASD pair whose decode server runs SGLang's overlap loop (``tests/cpu_overlap.py``): batch k+1 is
+    launched before batch k's results are processed. The other ASD pair is stopped first."""
+    asd_pair.stop()
+    pair = Pair("asd-overlap", stock=False, overlap=True)
+    try:
+        info = requests.get(pair.decode.url + "/server_info", timeout=30).text
+        assert '"disable_overlap_schedule":false' in info.replace(" ", ""), "the decode server must run its overlap loop"
+        yield pair
+    finally:
+        pair.stop()
+
+
+def test_budget_zero_equals_a_stock_pair_under_the_overlap_decode_loop(overlap_pair, stock_outputs):
+    ours = _run_identity(overlap_pair, 0)
+    assert [o["output_ids"] for o in ours] == stock_outputs
+
+
+def test_receipts_hold_under_slot_churn_under_the_overlap_decode_loop(overlap_pair):
+    _churn(overlap_pair)

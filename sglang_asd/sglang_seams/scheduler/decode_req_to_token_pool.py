@@ -55,8 +55,9 @@
 - Removal: with ``req_to_token_pool.py`` (SGLang has per-request verify state of its own).
 - Tested on: sglang 0.5.23, CPU: served with Mooncake over TCP and with SGLang's fake backend
   (``tests/integration/test_pd.py``); the order above around the real pool
-  (``tests/seams/test_decode_req_to_token_pool.py``). The overlap loop is argued here; on CPU it
-  runs only through the test-only ``tests/cpu_overlap.py`` (SGLang turns overlap off on CPU).
+  (``tests/seams/test_decode_req_to_token_pool.py``); the overlap decode loop served on CPU through
+  the test-only ``tests/cpu_overlap.py`` (SGLang turns overlap off on CPU), which runs its host side
+  in this order but every op synchronously: the stream order above is argued, not run.
 """
 
 from __future__ import annotations
