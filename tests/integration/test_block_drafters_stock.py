@@ -6,12 +6,11 @@ through the stand-in. The drafts are the tiny fixtures of ``fixtures/block_draft
 checked against plain greedy decoding of the same target (``plain_bigram``, and the target's
 transformers references), solo and under concurrency. Both drafters run with SGLang's overlap
 scheduler on (SGLang does not turn it off for them on CPU), which ``test_overlap_scheduler_on`` pins.
-The ASD launcher serves the same arguments too (its receipts are the ASD seams' business).
+ASD on the same servers: ``test_block_drafters_asd.py``.
 """
 
 import json
 import math
-import sys
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
@@ -49,15 +48,6 @@ def _ids(responses) -> list[list[int]]:
     return [r["output_ids"] for r in responses]
 
 
-@pytest.fixture(scope="module", autouse=True)
-def two_servers_alive(servers):
-    """At most two servers of this module alive at once (the shared 2-core budget)."""
-    pool_module = sys.modules[type(servers).__module__]
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(pool_module, "MAX_ALIVE", 2)
-        yield
-
-
 @pytest.fixture(scope="module")
 def plain(servers) -> list[list[int]]:
     """Plain greedy decoding of the bigram target, one request at a time."""
@@ -70,22 +60,31 @@ def test_plain_bigram_equals_transformers(plain):
     assert plain[len(TEXT_PROMPTS):] == refs
 
 
-@pytest.mark.parametrize("drafter", ["dspark", "dflash"])
-def test_noisy_draft_is_plain_greedy(servers, plain, drafter):
-    """Token for token plain greedy, with part of the drafts rejected (so rejection paths ran)."""
-    responses = _solo(servers.get(drafter, stock=True), _prompts())
+# Parametrized over ``algorithm``: these join the dspark / dflash blocks of tests/conftest.py, whose stock
+# servers test_block_drafters_asd.py uses too (one start for both modules).
+@pytest.mark.stock_twin
+@pytest.mark.parametrize("algorithm", ["dspark", "dflash"])
+def test_noisy_draft_is_plain_greedy_solo_and_concurrent(servers, plain, algorithm):
+    """Token for token plain greedy, with part of the drafts rejected (so rejection paths ran); twelve
+    requests at once (batched verify rounds, overlap scheduler) give the solo outputs."""
+    server = servers.get(algorithm, stock=True)
+    responses = _solo(server, _prompts())
     assert _ids(responses) == plain
     proposed = sum(r["meta_info"]["spec_num_proposed_drafts"] for r in responses)
     correct = sum(r["meta_info"]["spec_num_correct_drafts"] for r in responses)
     rounds = sum(r["meta_info"]["spec_verify_ct"] for r in responses)
-    assert 0 < correct < proposed, f"{drafter}: noisy draft accepted {correct}/{proposed}"
-    assert rounds == proposed // (W[drafter] - 1)
+    assert 0 < correct < proposed, f"{algorithm}: noisy draft accepted {correct}/{proposed}"
+    assert rounds == proposed // (W[algorithm] - 1)
+    with ThreadPoolExecutor(len(responses)) as pool:
+        batched = list(pool.map(lambda p: _request(server, p), _prompts()))
+    assert _ids(batched) == plain
 
 
 @pytest.mark.parametrize("drafter", ["dspark", "dflash"])
-def test_exact_draft_accepts_every_token(servers, plain, drafter):
+def test_exact_draft_accepts_every_token_solo_and_concurrent(servers, plain, drafter):
     """Every verify round commits the whole block: W - 1 drafts + the bonus token."""
-    responses = _solo(servers.get(f"{drafter}_exact", stock=True), _prompts())
+    server = servers.get(f"{drafter}_exact", stock=True)
+    responses = _solo(server, _prompts())
     assert _ids(responses) == plain
     for r in responses:
         meta = r["meta_info"]
@@ -94,32 +93,18 @@ def test_exact_draft_accepts_every_token(servers, plain, drafter):
         assert meta["spec_verify_ct"] == math.ceil((MAX_NEW - 1) / W[drafter])
         assert meta["spec_num_correct_drafts"] == meta["spec_num_proposed_drafts"]
         assert meta["spec_accept_length"] == W[drafter]
+    with ThreadPoolExecutor(len(responses)) as pool:
+        batched = list(pool.map(lambda p: _request(server, p), _prompts()))
+    assert _ids(batched) == plain
 
 
-@pytest.mark.parametrize("drafter", ["dspark", "dflash", "dspark_exact", "dflash_exact"])
-def test_concurrent_equals_solo(servers, plain, drafter):
-    """Twelve requests at once (batched verify rounds, overlap scheduler) give the solo outputs."""
-    server = servers.get(drafter, stock=True)
-    prompts = _prompts()
-    with ThreadPoolExecutor(len(prompts)) as pool:
-        batched = list(pool.map(lambda p: _request(server, p), prompts))
-    assert _ids(batched) == _ids(_solo(server, prompts)) == plain
-
-
-@pytest.mark.parametrize("drafter", ["dspark", "dflash"])
-def test_overlap_scheduler_on(servers, drafter):
+@pytest.mark.stock_twin
+@pytest.mark.parametrize("algorithm", ["dspark", "dflash"])
+def test_overlap_scheduler_on(servers, algorithm):
     """SGLang turns its overlap scheduler off for EAGLE and NGRAM on CPU, not for the block drafters."""
-    server = servers.get(drafter, stock=True)
+    server = servers.get(algorithm, stock=True)
     info = requests.get(server.url + "/server_info", timeout=30)
     if info.status_code == 404:
         info = requests.get(server.url + "/get_server_info", timeout=30)
     assert info.status_code == 200, info.text
     assert info.json()["disable_overlap_schedule"] is False
-
-
-@pytest.mark.parametrize("drafter", ["dspark", "dflash"])
-def test_asd_launcher_serves(servers, plain, drafter):
-    """``sglang_asd.launch_server`` with the same arguments and no ``--asd-*`` flag serves too."""
-    out = _request(servers.get(drafter), {"text": TEXT_PROMPTS[0]})
-    assert out["output_ids"] == plain[0]
-    assert out["meta_info"]["spec_verify_ct"] > 0
