@@ -43,6 +43,11 @@ Ordering: every device write is issued by the verify step, on the stream that ru
   EAGLE: receipts come from the per-round outputs of committed rounds). DSPARK's folded accept
   (inside the verify CUDA graph) is disarmed in every step that holds an ASD row, so the table is
   only ever read and charged by eager code on that stream.
+- On a PD decode server the rows live on ``DecodeReqToTokenPool``
+  (``scheduler/decode_req_to_token_pool.py``): admission at pre-allocation (before the KV arrives)
+  and when a retracted request is resumed, release in ``free(req)``. Both run on the host between
+  launches of the decode loops (``event_loop_overlap_disagg_decode`` included), so the staging
+  argument above holds unchanged; the argument is spelled out there.
 - Staged writes are applied with one host-to-device copy (pinned, non-blocking) of a packed
   ``[n, 6 + T]`` float64 block; slots, caps, rule ids and token ids are exact in float64. A step
   that follows no admission or release copies nothing.
