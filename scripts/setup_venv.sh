@@ -10,6 +10,18 @@ cd "$(dirname "$0")/.."
 VENV=${VENV:-.venv}
 PY=${PYTHON:-python3.11}
 STAMP="$VENV/.sglang_asd_setup_v1"
+# The PD tests' transfer engine (mooncake-transfer-engine-non-cuda, TCP) loads libibverbs.so.1, a
+# Debian library pip cannot install. Without it (no root, no apt) the smg-in-front-of-a-PD-pair test
+# skips and the rest of the PD tests run on SGLang's fake backend (tests/integration/test_pd.py).
+if ! ldconfig -p 2>/dev/null | grep -q 'libibverbs\.so\.1'; then
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+    echo "[setup] libibverbs1 (Debian; the PD transfer engine loads it)"
+    { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq libibverbs1; } >/dev/null 2>&1 \
+      || echo "[setup] libibverbs1 could not be installed: the PD gateway test will skip"
+  else
+    echo "[setup] libibverbs1 missing and not installable here: the PD gateway test will skip"
+  fi
+fi
 WANT=$(cat scripts/setup_venv.sh scripts/requirements-cpu.txt pyproject.toml | sha256sum | cut -d' ' -f1)
 if [ -f "$STAMP" ] && [ "$(cat "$STAMP")" = "$WANT" ]; then
   echo "[setup] $VENV is up to date"; exit 0
