@@ -13,11 +13,7 @@ The two servers differ in one setting, ``--asd-gate`` (0.25 and 0.2), so the rec
 from __future__ import annotations
 
 import json
-import os
-import signal
-import subprocess
 import sys
-import tempfile
 import threading
 import time
 from dataclasses import dataclass
@@ -26,16 +22,14 @@ from pathlib import Path
 import pytest
 import requests
 
-from sglang_asd.testing.server import free_port
 from tests.server_utils import Server, check_receipt, metric
+from tests.smg import Smg
 
 pytestmark = pytest.mark.server
 
 ROOT = Path(__file__).resolve().parents[2]
 CONFIG = ["--config", str(ROOT / "server_configs" / "cpu_tiny_eagle.yaml"), "--enable-metrics"]
 GATE = {"a": 0.25, "b": 0.2}  # the servers' --asd-gate: the receipt's gate names the server
-SMG = Path(sys.executable).with_name("smg")
-START_S = 120  # smg's start (it reads each worker's model info) and the workers' registration
 PROMPTS = [  # distinct openings: cache-aware routing spreads them over both servers
     "Once upon a time in a land far away", "The capital of France is", "def fibonacci(n):",
     "Water boils at a temperature of", "My favourite recipe for bread needs", "In 1969 the first person to walk",
@@ -49,60 +43,6 @@ FRESH = [  # openings no other test sends: a prefix that reached b is in b's rou
     "Orbital mechanics explains why satellites", "Pickled ginger pairs well with", "Jupiter's moons were first seen by",
     "Mosaic tiles from ancient Rome show", "Every lighthouse keeper knows that", "Bamboo grows faster than most",
 ]
-
-
-class Gateway:
-    """``smg launch`` in its own session, stopped with its whole process group."""
-
-    def __init__(self, worker_urls: list[str], policy: str = "cache_aware"):
-        self.port, self.metrics_port = free_port(), free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        self.log_path = Path(tempfile.mkdtemp(prefix="sglang_asd_test_smg_")) / "smg.log"
-        assert SMG.exists(), f"smg is not installed beside {sys.executable} (scripts/requirements-cpu.txt pins it)"
-        cmd = [str(SMG), "launch", "--host", "127.0.0.1", "--port", str(self.port), "--worker-urls", *worker_urls,
-               "--policy", policy, "--prometheus-host", "127.0.0.1", "--prometheus-port", str(self.metrics_port),
-               "--shutdown-grace-period-secs", "2", "--log-level", "warn"]
-        with self.log_path.open("wb") as log:
-            self.proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-        deadline = time.monotonic() + START_S
-        while time.monotonic() < deadline:
-            assert self.proc.poll() is None, f"smg exited with {self.proc.returncode}:\n{self.tail()}"
-            try:
-                workers = requests.get(self.url + "/workers", timeout=2).json().get("workers", [])
-                models = requests.get(self.url + "/v1/models", timeout=2).json().get("data", [])
-                if len(workers) == len(worker_urls) and models:
-                    self.model = models[0]["id"]
-                    return
-            except (requests.RequestException, ValueError):
-                pass
-            time.sleep(0.5)
-        self.stop()
-        raise AssertionError(f"smg did not register {len(worker_urls)} workers in {START_S} s:\n{self.tail()}")
-
-    def tail(self, n: int = 40) -> str:
-        try:
-            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-n:])
-        except OSError:
-            return ""
-
-    def retries(self) -> float:
-        """smg's count of re-sent requests (``smg_worker_retries_total``, every route)."""
-        text = requests.get(f"http://127.0.0.1:{self.metrics_port}/metrics", timeout=5).text
-        return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
-                   if line.startswith("smg_worker_retries_total{"))
-
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            os.killpg(self.proc.pid, signal.SIGTERM)
-            try:
-                self.proc.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                pass
-        try:
-            os.killpg(self.proc.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-        self.proc.wait()
 
 
 @dataclass
@@ -170,7 +110,7 @@ def gateway(servers):
     gw = None
     try:
         a.ready(), b.ready()
-        gw = Gateway([a.url, b.url])
+        gw = Smg(["--worker-urls", a.url, b.url, "--policy", "cache_aware"], workers=2)
         yield gw, a, b
     finally:
         if gw is not None:

@@ -32,10 +32,8 @@ from __future__ import annotations
 import concurrent.futures as cf
 import os
 import random
-import signal
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -44,6 +42,7 @@ import requests
 
 from sglang_asd.testing.server import free_port
 from tests.server_utils import Server, check_receipt, metric
+from tests.smg import Smg
 
 pytestmark = pytest.mark.server
 
@@ -53,7 +52,6 @@ TINY = ["--model-path", "fixture:tiny-llama", "--speculative-algorithm", "EAGLE"
         "--speculative-eagle-topk", "1", "--speculative-num-draft-tokens", "4"]
 DECODE_CONFIG = ["--config", str(ROOT / "server_configs" / "cpu_tiny_eagle.yaml"), "--enable-metrics"]
 PREFILL_CONFIG = ["--config", str(ROOT / "server_configs" / "cpu_tiny_eagle_prefill.yaml")]  # = TINY, as README runs it
-SMG = Path(sys.executable).with_name("smg")
 FAKE_HOST = "2.2.2.2"  # SGLang's FAKE_BOOTSTRAP_HOST: the fake backend's requests
 PROMPTS = ["The quick brown fox", "def add(a, b):", "Once upon a time", "1, 2, 3,", "import numpy as np",
            "Dear Sir or Madam,", "The weather today", "SELECT * FROM"]
@@ -192,57 +190,14 @@ def _churn(pair: Pair) -> None:
     assert metric(pair.decode, "sglang:asd_active_ledgers") == 0, "a freed decode slot kept its ledger row"
 
 
-class PDGateway:
-    """``smg launch --pd-disaggregation`` in its own session, stopped with its whole process group."""
-
-    def __init__(self, pair: Pair):
-        self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        self.log_path = Path(tempfile.mkdtemp(prefix="sglang_asd_test_smg_pd_")) / "smg.log"
-        cmd = [str(SMG), "launch", "--pd-disaggregation", "--prefill", pair.prefill.url, str(pair.bootstrap_port),
-               "--decode", pair.decode.url, "--host", "127.0.0.1", "--port", str(self.port),
-               "--prometheus-host", "127.0.0.1", "--prometheus-port", str(free_port()),
-               "--shutdown-grace-period-secs", "2", "--log-level", "warn"]
-        with self.log_path.open("wb") as log:
-            self.proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-        deadline = time.monotonic() + 120
-        while time.monotonic() < deadline:
-            assert self.proc.poll() is None, f"smg exited with {self.proc.returncode}:\n{self.tail()}"
-            try:
-                workers = requests.get(self.url + "/workers", timeout=2).json().get("workers", [])
-                models = requests.get(self.url + "/v1/models", timeout=2).json().get("data", [])
-                if len(workers) == 2 and models:
-                    self.model = models[0]["id"]
-                    return
-            except (requests.RequestException, ValueError):
-                pass
-            time.sleep(0.5)
-        self.stop()
-        raise AssertionError(f"smg did not register the pair in 120 s:\n{self.tail()}")
-
-    def tail(self, n: int = 40) -> str:
-        try:
-            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-n:])
-        except OSError:
-            return ""
-
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            os.killpg(self.proc.pid, signal.SIGTERM)
-            try:
-                self.proc.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                os.killpg(self.proc.pid, signal.SIGKILL)
-                self.proc.wait()
-
-
 @pytest.fixture(scope="module")
 def pd_gateway(asd_pair):
     if BACKEND == "fake":
         pytest.skip("smg in front of a PD pair needs a real transfer backend (SGLang's fake one is decode-only): "
                     "mooncake.engine does not load here (mooncake-transfer-engine-non-cuda needs libibverbs.so.1: "
                     "apt-get install libibverbs1)")
-    gw = PDGateway(asd_pair)
+    gw = Smg(["--pd-disaggregation", "--prefill", asd_pair.prefill.url, str(asd_pair.bootstrap_port),
+              "--decode", asd_pair.decode.url], workers=2)
     try:
         yield gw
     finally:

@@ -40,13 +40,7 @@ import functools
 import torch
 
 from sglang_asd.sglang_seams.scheduler.arguments import NamedArguments
-from sglang_asd.sglang_seams.scheduler.verify_round import (
-    attach_round_output,
-    current_step,
-    decide_chain,
-    open_step,
-    published,
-)
+from sglang_asd.sglang_seams.scheduler.verify_round import current_step, decide_chain, run_step
 
 _MODULE = "sglang.srt.speculative.dflash_worker_v2"
 _WORKER = f"{_MODULE}.DFlashWorkerV2"
@@ -68,14 +62,7 @@ def forward_batch_generation_around(original, *args, **kwargs):
     worker, batch = FORWARD_ARGS.of(args, kwargs)
     if batch.forward_mode.is_extend() or batch.is_extend_in_batch:
         return original(*args, **kwargs)
-    step = open_step(batch, _accept_group(worker))
-    if step is None:
-        return original(*args, **kwargs)
-    with published(step):
-        result = original(*args, **kwargs)
-    if step.round_output is not None:
-        attach_round_output(result.logits_output, step.round_output)
-    return result
+    return run_step(original, args, kwargs, batch, worker._tp_sync, "DFLASH_ACCEPT_GREEDY")
 
 
 def accept_block_around(original, *args, **kwargs):
@@ -110,18 +97,6 @@ def _commit_accept():
         raise RuntimeError(f"sglang_asd: {_MODULE}._commit_accept is gone; this sglang_asd does not support "
                            "this SGLang version")
     return fn
-
-
-def _accept_group(worker):
-    """The torch process group over which SGLang broadcasts rank 0's greedy argmax, or None."""
-    from sglang.srt.speculative.spec_tp_sync import SpecTpSyncSite
-
-    try:
-        tp_sync = worker._tp_sync
-        return tp_sync._tp_group.device_group if tp_sync.enabled(SpecTpSyncSite.DFLASH_ACCEPT_GREEDY) else None
-    except AttributeError as e:
-        raise RuntimeError(f"sglang_asd: DFLASH's TP sync is not where this version reads it ({e}); "
-                           "this sglang_asd does not support this SGLang version") from e
 
 
 def hooks():

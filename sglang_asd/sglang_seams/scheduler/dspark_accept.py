@@ -61,13 +61,7 @@ from __future__ import annotations
 import torch
 
 from sglang_asd.sglang_seams.scheduler.arguments import NamedArguments
-from sglang_asd.sglang_seams.scheduler.verify_round import (
-    attach_round_output,
-    current_step,
-    decide_chain,
-    open_step,
-    published,
-)
+from sglang_asd.sglang_seams.scheduler.verify_round import current_step, decide_chain, run_step
 
 _WORKER = "sglang.srt.speculative.dspark_components.dspark_worker_v2.DSparkWorkerV2"
 _VERIFY = "sglang.srt.speculative.dspark_components.dspark_verify"
@@ -90,14 +84,7 @@ def check_signatures(forward_decode_fn, accept_fn) -> None:
 
 def forward_decode_around(original, *args, **kwargs):
     worker, batch = FORWARD_DECODE_ARGS.of(args, kwargs)
-    step = open_step(batch, _accept_group(worker))
-    if step is None:
-        return original(*args, **kwargs)
-    with published(step):
-        result = original(*args, **kwargs)
-    if step.round_output is not None:
-        attach_round_output(result.logits_output, step.round_output)
-    return result
+    return run_step(original, args, kwargs, batch, _tp_sync(worker), "DSPARK_ACCEPT_GREEDY")
 
 
 def accept_draft_tokens_around(original, *args, **kwargs):
@@ -120,15 +107,11 @@ def adjustments_noop_around(original, *args, **kwargs):
     return original(*args, **kwargs)
 
 
-def _accept_group(worker):
-    """The torch process group over which SGLang broadcasts rank 0's greedy accept, or None."""
-    from sglang.srt.speculative.spec_tp_sync import SpecTpSyncSite
-
+def _tp_sync(worker):
     try:
-        tp_sync = worker._verify_executor._tp_sync
-        return tp_sync._tp_group.device_group if tp_sync.enabled(SpecTpSyncSite.DSPARK_ACCEPT_GREEDY) else None
+        return worker._verify_executor._tp_sync
     except AttributeError as e:
-        raise RuntimeError(f"sglang_asd: DSPARK's TP sync is not where this version reads it ({e}); "
+        raise RuntimeError(f"sglang_asd: DSPARK's TP sync is not where this version keeps it ({e}); "
                            "this sglang_asd does not support this SGLang version") from e
 
 

@@ -93,6 +93,32 @@ def published(step: BlockStep) -> Iterator[BlockStep]:
         _STEP.reset(token)
 
 
+def run_step(original, args: tuple, kwargs: dict, batch, tp_sync, site: str):
+    """A block drafter's decode step: SGLang's ``original(*args, **kwargs)`` with its ``BlockStep``
+    published (when the ledger table holds ASD rows), then the round's output attached to the
+    result. ``tp_sync``: the worker's ``SpecTpSync``; ``site``: the name of its sync site for the
+    greedy accept (the group ASD broadcasts rank 0's decision over, when that site is on)."""
+    step = open_step(batch, accept_group(tp_sync, site))
+    if step is None:
+        return original(*args, **kwargs)
+    with published(step):
+        result = original(*args, **kwargs)
+    if step.round_output is not None:
+        attach_round_output(result.logits_output, step.round_output)
+    return result
+
+
+def accept_group(tp_sync, site: str):
+    """The torch process group over which SGLang broadcasts rank 0's accept at ``site``, or None."""
+    from sglang.srt.speculative.spec_tp_sync import SpecTpSyncSite
+
+    try:
+        return tp_sync._tp_group.device_group if tp_sync.enabled(SpecTpSyncSite[site]) else None
+    except AttributeError as e:
+        raise RuntimeError(f"sglang_asd: SGLang's speculative TP sync is not what this version reads ({e}); "
+                           "this sglang_asd does not support this SGLang version") from e
+
+
 def current_step() -> Optional[BlockStep]:
     """The published step that has not been decided yet, or None."""
     step = _STEP.get()
