@@ -8,13 +8,13 @@ decision and charge rank 0's regret, so the ledgers stay identical.
 
 from __future__ import annotations
 
-import datetime
 from types import SimpleNamespace
 
 import pytest
 import torch
 import torch.distributed as dist
-import torch.multiprocessing as mp
+
+from tests.gloo_ranks import run_ranks
 
 WORLD = 2
 BS, W = 6, 5
@@ -122,7 +122,7 @@ def _own_decision(candidates, logits):
                       stop_tokens=torch.zeros((BS, 1), dtype=torch.int64)).num_correct_drafts
 
 
-def _worker(rank: int, init_method: str, outdir: str) -> None:
+def _rank(rank: int) -> dict:
     from sglang_asd.sglang_seams.process import prepare_process
 
     prepare_process()
@@ -132,24 +132,14 @@ def _worker(rank: int, init_method: str, outdir: str) -> None:
     from sglang_asd.sglang_seams.state.runtime import set_runtime
 
     set_runtime(ASDServerSettings())
-
     dspark_accept.check_signatures(_resolve(dspark_accept.FORWARD_DECODE), _resolve(dspark_accept.ACCEPT_DRAFT_TOKENS))
     dflash_accept.check_signatures(_resolve(dflash_accept.FORWARD), _resolve(dflash_accept.ACCEPT_BLOCK))
-    dist.init_process_group("gloo", init_method=init_method, rank=rank, world_size=WORLD,
-                            timeout=datetime.timedelta(seconds=120))
-    try:
-        torch.save({"dspark": _dspark(rank), "dflash": _dflash(rank)}, f"{outdir}/rank{rank}.pt")
-    finally:
-        dist.destroy_process_group()
+    return {"dspark": _dspark(rank), "dflash": _dflash(rank)}
 
 
 @pytest.fixture(scope="module")
 def ranks(tmp_path_factory):
-    if not dist.is_available():
-        pytest.skip("torch.distributed is not available")
-    tmp = tmp_path_factory.mktemp("block_tp")
-    mp.spawn(_worker, args=(f"file://{tmp}/rendezvous", str(tmp)), nprocs=WORLD, join=True)
-    return [torch.load(tmp / f"rank{r}.pt") for r in range(WORLD)]
+    return run_ranks(_rank, tmp_path_factory.mktemp("block_tp"), WORLD)
 
 
 @pytest.mark.parametrize("drafter", ["dspark", "dflash"])

@@ -9,14 +9,13 @@
 from __future__ import annotations
 
 import dataclasses
-import datetime
 
 import pytest
 import torch
 import torch.distributed as dist
-import torch.multiprocessing as mp
 
 from sglang_asd.testing import make_round
+from tests.gloo_ranks import run_ranks
 from sglang_asd.verify import ASDVerifyOutput, asd_verify
 from sglang_asd.verify.tp import broadcast_decision, rank_consistent
 
@@ -27,23 +26,18 @@ def _as_dict(out: ASDVerifyOutput) -> dict:
     return {f.name: getattr(out, f.name).clone() for f in dataclasses.fields(out)}
 
 
-def _worker(rank: int, init_method: str, outdir: str) -> None:
-    dist.init_process_group("gloo", init_method=init_method, rank=rank, world_size=WORLD,
-                            timeout=datetime.timedelta(seconds=60))
-    try:
-        rnd = make_round(seed=5, bs=4, W=7, K=3, V=64, shape="random", logits="hard")  # same inputs on every rank
-        args, kwargs = rnd.args()
-        same = asd_verify(*args, **kwargs)
-        logits = rnd.logits if rank == 0 else torch.roll(rnd.logits, 1, dims=1)  # rank 1 sees other logits
-        own = asd_verify(args[0], logits, *args[2:], **kwargs)
-        from_0 = broadcast_decision(own)
-        pair = dist.new_group([0, 1])
-        from_1 = broadcast_decision(own, group=pair, src=1)
-        followed = rank_consistent(own, pair)
-        torch.save({"same": _as_dict(same), "own": _as_dict(own), "from_0": _as_dict(from_0),
-                    "from_1": _as_dict(from_1), "followed": _as_dict(followed)}, f"{outdir}/rank{rank}.pt")
-    finally:
-        dist.destroy_process_group()
+def _rank(rank: int) -> dict:
+    rnd = make_round(seed=5, bs=4, W=7, K=3, V=64, shape="random", logits="hard")  # same inputs on every rank
+    args, kwargs = rnd.args()
+    same = asd_verify(*args, **kwargs)
+    logits = rnd.logits if rank == 0 else torch.roll(rnd.logits, 1, dims=1)  # rank 1 sees other logits
+    own = asd_verify(args[0], logits, *args[2:], **kwargs)
+    from_0 = broadcast_decision(own)
+    pair = dist.new_group([0, 1])
+    from_1 = broadcast_decision(own, group=pair, src=1)
+    followed = rank_consistent(own, pair)
+    return {"same": _as_dict(same), "own": _as_dict(own), "from_0": _as_dict(from_0),
+            "from_1": _as_dict(from_1), "followed": _as_dict(followed)}
 
 
 def _equal(a: dict, b: dict) -> bool:
@@ -52,11 +46,7 @@ def _equal(a: dict, b: dict) -> bool:
 
 @pytest.fixture(scope="module")
 def ranks(tmp_path_factory):
-    if not dist.is_available():
-        pytest.skip("torch.distributed is not available")
-    tmp = tmp_path_factory.mktemp("tp")
-    mp.spawn(_worker, args=(f"file://{tmp}/rendezvous", str(tmp)), nprocs=WORLD, join=True)
-    return [torch.load(tmp / f"rank{r}.pt") for r in range(WORLD)]
+    return run_ranks(_rank, tmp_path_factory.mktemp("tp"), WORLD)
 
 
 def test_identical_inputs_give_identical_decisions(ranks):
