@@ -23,7 +23,11 @@ PROMPTS = ["The quick brown fox", "def add(a, b):", "Once upon a time in a land 
 MAX_NEW = 24
 ASD_EXTRA = ("--asd-sampled-floor", "0.05")
 FLOOR, POWER, CAP = 0.05, 0.5, 2  # the ASD servers' sampled rule (power and cap: the defaults)
-ALGORITHMS = ["eagle", "eagle_tree"]
+ALGORITHMS = ["eagle", "eagle_tree", "standalone", "ngram"]  # every algorithm that verifies in eagle_sample
+EAGLE = ["eagle", "eagle_tree"]
+# NGRAM drafts from a cache of earlier requests, so even stock SGLang's seeded sampling differs from one
+# request to the next (the coins are seeded, the draft tree they walk is not): receipts only.
+REPRODUCIBLE = ["eagle", "eagle_tree", "standalone"]
 
 
 def _asd(servers, algorithm):
@@ -42,7 +46,7 @@ def _outputs(server, **params):
     return [server.generate(p, **_sampled(i, **params))["output_ids"] for i, p in enumerate(PROMPTS)]
 
 
-@pytest.mark.parametrize("algorithm", ALGORITHMS)
+@pytest.mark.parametrize("algorithm", REPRODUCIBLE)
 def test_budget_zero_equals_stock_sampling(servers, algorithm):
     stock = _stock(servers, algorithm)
     want = _outputs(stock)
@@ -90,7 +94,7 @@ def test_sampled_budgets_get_receipts_that_never_overspend(servers, algorithm):
         for i, p in enumerate(PROMPTS):
             out = asd.generate(p, **_sampled(i, temperature=0.1, asd_budget=budget, ignore_eos=True))
             relaxed += check_sampled_receipt(out, budget)["relaxed"]
-    assert relaxed > 0, "the tiny pair must relax some nodes"
+    assert relaxed > 0 or algorithm not in EAGLE, "the tiny EAGLE pair must relax some nodes"
 
 
 def test_a_budget_lengthens_accepted_blocks(servers):

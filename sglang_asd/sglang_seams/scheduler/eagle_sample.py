@@ -152,11 +152,11 @@ def tree_sampling_kernel():
 
 @dataclasses.dataclass
 class _VerifyStep:
-    """One verify step, handed from ``eagle_sample_around`` to ``verify_tree_greedy_around``."""
+    """One verify step, handed from ``eagle_sample_around`` to ``verify_tree_greedy_around`` and ``tree_sampling_around``."""
 
     logits: torch.Tensor  # [bs*W, V] final logits (SGLang modifies them in place before argmax)
-    rows: LedgerRows  # the batch's ledger rows: remaining, gate, cap [bs]; stop_tokens [bs, T]; rule [bs]
-    rules_active: FrozenSet[str]  # host view: the rules the table's ASD rows use (superset of this batch's)
+    rows: LedgerRows  # the batch's ledger rows: remaining, gate, cap, rule, power [bs]; stop_tokens [bs, T]
+    rules_active: FrozenSet[str]  # host view: the greedy rules the table's ASD rows use (superset of this batch's)
     depth: int  # K
     tree_depth_gate: bool  # NGRAM: the gate's K is each row's tree depth
     active: torch.Tensor  # [bs] bool: greedy rows decided by ASD (``verify.rules.rows_on``)
