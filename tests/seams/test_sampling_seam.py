@@ -219,3 +219,17 @@ def test_why_a_sampled_request_is_not_served_by_the_sampled_rule(monkeypatch, sp
     monkeypatch.setattr(eagle_utils, "_verify_uses_greedy", lambda **kw: greedy_verify)
     monkeypatch.setattr(verify_sampling, "tree_speculative_sampling_target_only", _kernel if kernel else None)
     assert scheduler._sampling_reason() == reason
+
+
+@pytest.mark.parametrize("budget, can_run, reason", [
+    (0.0, True, "strict"), (8.0, True, None), (0.0, False, "sampling"), (8.0, False, "sampling")])
+def test_a_sampled_requests_reason(monkeypatch, budget, can_run, reason):
+    """Where the sampled rule cannot run, a sampled request says so at any budget (stock CPU SGLang);
+    where it can, budget 0 is exact sampling ("strict")."""
+    from sglang_asd.sglang_seams.scheduler import scheduler
+
+    monkeypatch.setattr(scheduler, "sampling_reason", lambda: None if can_run else "sampling")
+    params = SimpleNamespace(top_k=-1, temperature=0.7)
+    spec = SimpleNamespace(is_dspark=lambda: False, is_dflash_family=lambda: False)
+    choice = RequestASD(budget, ASDConfig(), SampledConfig())
+    assert scheduler._reason(choice, params, True, None, spec) == reason

@@ -72,12 +72,13 @@ def _reason(choice: RequestASD, sampling_params, spec_enabled: bool, unsupported
         return REASON_NO_SPEC
     if unsupported is not None:
         return unsupported
-    if _is_sampled(sampling_params):
-        if choice.is_sampled_strict:
-            return REASON_STRICT
+    if _is_sampled(sampling_params):  # where the sampled rule cannot run, say so first (even at budget 0)
         if spec_algorithm is not None and (spec_algorithm.is_dspark() or spec_algorithm.is_dflash_family()):
             return REASON_SAMPLING
-        return sampling_reason()
+        reason = sampling_reason()
+        if reason is not None:
+            return reason
+        return REASON_STRICT if choice.is_sampled_strict else None
     if choice.is_strict:
         return REASON_STRICT
     return None
