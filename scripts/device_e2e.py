@@ -19,7 +19,7 @@ is recorded as ``skipped: time``):
   2_eagle / 2_ngram / 2_dspark / 2_dflash  slot churn: 400 short requests ending on stop tokens,
            budgets 64 / 0.5 / 8: every receipt spent <= budget, its events' regrets sum to spent,
            every event at an output position
-  3        temperature-0.8 rows mixed with greedy ASD rows in one batch
+  3        one batch of greedy ASD rows, sampled rows with a budget (the sampled rule) and without
   4        --speculative-adaptive, batch 16, ASD rows: no crash
   5        SGLANG_CRASH_ON_TRITON_LOAD_AFTER_READY=1: no Triton kernel loaded after ready
   standin  no sgl_kernel name without a stand-in was called
@@ -217,7 +217,7 @@ def main(argv=None) -> int:
         "2_ngram": lambda: steps.churn(pool, "asd_ngram", n=60 if args.cpu else 400),
         "2_dspark": lambda: steps.churn(pool, "asd_dspark", n=60 if args.cpu else 400),
         "2_dflash": lambda: steps.churn(pool, "asd_dflash", n=60 if args.cpu else 400),
-        "3": lambda: steps.mixed_sampling(pool),
+        "3": lambda: steps.mixed_sampling(pool, sampling_verify=not args.cpu),
         "4": lambda: steps.adaptive(pool),
         "5": lambda: steps.triton_watch(pool),
         "standin": lambda: steps.standin_missing(out),

@@ -223,17 +223,21 @@ def exact_drafts(pool: ServerPool, names=("asd_dspark_exact", "asd_dflash_exact"
     return {"ok": not problems, "error": "; ".join(problems) or None, **per}
 
 
-def mixed_sampling(pool: ServerPool, n: int = 32) -> dict:
-    """Step 3: half the batch samples at temperature 0.8, half is greedy with a budget: ASD rows show
-    exceptions, sampled rows go through SGLang's sampling verify (receipt reason 'sampling')."""
+def mixed_sampling(pool: ServerPool, n: int = 33, sampling_verify: bool = True) -> dict:
+    """Step 3: one batch of three kinds of row: greedy with a budget (ASD rows: exceptions), sampled at
+    temperature 0.8 with a budget (the sampled rule, ``asd-sampled-1``, through SGLang's sampling verify
+    on the GPU: receipts within budget, events at their output positions), sampled without one (SGLang's
+    sampling verify untouched: receipt reason 'strict'). ``sampling_verify`` False (the ``--cpu``
+    pre-validation: SGLang verifies sampled rows greedily on CPU): every sampled row says 'sampling'."""
     url, start_s = pool.url(SERVERS["asd_eagle_chain"])
     jobs, kinds = [], []
     for i, p in enumerate(prompts(n, seed=31)):
-        sampled = i % 2 == 0
-        s = {"temperature": 0.8, "max_new_tokens": 64, "sampling_seed": i} if sampled else \
-            {"temperature": 0, "max_new_tokens": 64, "asd_budget": 32}
+        kind = ("asd", "sampled_asd", "sampled")[i % 3]
+        s = {"temperature": 0, "max_new_tokens": 64, "asd_budget": 32} if kind == "asd" else \
+            {"temperature": 0.8, "max_new_tokens": 64, "sampling_seed": i,
+             **({"asd_budget": 8} if kind == "sampled_asd" else {})}
         jobs.append({"input_ids": p, "sampling": s})
-        kinds.append("sampled" if sampled else "asd")
+        kinds.append(kind)
     answers = generate_many(url, jobs, concurrency=n)
     errors = [a["error"] for a in answers if "error" in a]
     by = collections.defaultdict(list)
@@ -241,20 +245,38 @@ def mixed_sampling(pool: ServerPool, n: int = 32) -> dict:
         by[k].append(receipt(a) or {})
     asd_exc = sum(int(r.get("exceptions") or 0) for r in by["asd"])
     reasons = collections.Counter(str(r.get("reason")) for r in by["sampled"])
-    sampled_tokens = sum(len(a.get("output_ids") or []) for k, a in zip(kinds, answers) if k == "sampled")
     problems = errors[:3]
     if asd_exc == 0:
         problems.append("no exception in any ASD row")
-    if reasons != collections.Counter({"sampling": len(by["sampled"])}):
-        problems.append(f"sampled rows' receipt reasons {dict(reasons)}")
+    if not sampling_verify:
+        reasons += collections.Counter(str(r.get("reason")) for r in by["sampled_asd"])
+        if reasons != collections.Counter({"sampling": len(by["sampled"]) + len(by["sampled_asd"])}):
+            problems.append(f"sampled rows on CPU: receipt reasons {dict(reasons)}")
+        by["sampled_asd"] = []
+    elif reasons != collections.Counter({"strict": len(by["sampled"])}):
+        problems.append(f"sampled rows without a budget: receipt reasons {dict(reasons)}")
     if not all(r.get("applied") for r in by["asd"]):
         problems.append("an ASD row's receipt is not applied")
-    return {"ok": not problems, "error": "; ".join(problems) or None, "start_s": start_s,
+    relaxed = 0
+    for a, r in ((a, r) for k, a, r in zip(kinds, answers, [receipt(a) or {} for a in answers])
+                 if k == "sampled_asd" and sampling_verify):
+        out, events = a.get("output_ids") or [], r.get("events") or []
+        relaxed += len(events)
+        if not (r.get("applied") and r.get("rule") == "asd-sampled-1"):
+            problems.append(f"a sampled row with a budget is not applied: {r.get('reason')}")
+        elif not 0 <= float(r.get("spent") or 0) <= 8 + 1e-6 or \
+                abs(sum(float(e["charge"]) for e in events) - float(r["spent"])) > 1e-4:
+            problems.append(f"a sampled receipt overspends or does not add up: {r.get('spent')}")
+        elif any(not 0 <= e["pos"] < len(out) or (e["accepted"] and out[e["pos"]] != e["token"]) for e in events):
+            problems.append("a sampled event is not at its output position")
+    return {"ok": not problems, "error": "; ".join(problems[:5]) or None, "start_s": start_s,
             "asd_rows": len(by["asd"]), "asd_exceptions": asd_exc,
             "asd_spent": round(sum(float(r.get("spent") or 0) for r in by["asd"]), 3),
-            "sampled_rows": len(by["sampled"]), "sampled_reasons": dict(reasons), "sampled_tokens": sampled_tokens,
+            "sampled_rows": len(by["sampled"]), "sampled_reasons": dict(reasons),
+            "sampled_asd_rows": len(by["sampled_asd"]), "sampled_relaxed_nodes": relaxed,
+            "sampled_kl_spent": round(sum(float(r.get("spent") or 0) for r in by["sampled_asd"]), 3),
             "sampled_accept_length": [(a.get("meta_info") or {}).get("spec_accept_length")
-                                      for k, a in zip(kinds, answers) if k == "sampled"][:8]}
+                                      for k, a in zip(kinds, answers) if k != "asd"][:8]}
 
 
 def adaptive(pool: ServerPool, bs: int = 16, rounds: int = 3) -> dict:
