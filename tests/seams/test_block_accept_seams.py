@@ -21,10 +21,10 @@ from sglang_asd.sglang_seams.state.request_ledger import RequestASD, RequestLedg
 from sglang_asd.sglang_seams.state.round_output import ASDRoundOutput
 from sglang_asd.testing import make_round
 from sglang_asd.verify import asd_verify
+from tests.host_sync import forbid_host_sync
 
 BS, W = 8, 5
 K = W - 1
-FORBIDDEN = ["item", "tolist", "cpu", "numpy", "__bool__", "__int__", "__float__"]
 
 
 @pytest.fixture
@@ -149,8 +149,7 @@ def test_dspark_seam_never_syncs_with_the_host(step, monkeypatch):
                                accept=dspark_accept.accept_draft_tokens_around(lambda **_: stock, **kwargs))
 
     step.batch.req_pool_indices_cpu = None  # the host view then falls back to the table's count
-    for name in FORBIDDEN:
-        monkeypatch.setattr(torch.Tensor, name, lambda *a, _n=name, **k: pytest.fail(f"Tensor.{_n} in the seam"))
+    forbid_host_sync(monkeypatch, "in the block accept seam")
     result = dspark_accept.forward_decode_around(body, _dspark_worker(), step.batch)
     monkeypatch.undo()
     assert isinstance(result.logits_output.auxiliary_device_output, ASDRoundOutput)

@@ -19,8 +19,8 @@ from sglang_asd.sglang_seams.state.round_output import ASDRoundOutput
 from sglang_asd.sglang_seams.state.ledger_table import ASDLedgerTable
 from sglang_asd.testing import make_round, strict_verify
 from sglang_asd.verify import asd_verify
+from tests.host_sync import forbid_host_sync
 
-FORBIDDEN = ["item", "tolist", "cpu", "numpy", "__bool__", "__int__", "__float__"]
 BS, W, K = 8, 6, 5
 
 
@@ -77,12 +77,7 @@ def step(monkeypatch):
 
 
 def _forbid_host_sync(monkeypatch):
-    def forbid(name):
-        def raiser(*args, **kwargs):
-            raise AssertionError(f"Tensor.{name} called in the verify seam")
-        return raiser
-    for name in FORBIDDEN:
-        monkeypatch.setattr(torch.Tensor, name, forbid(name))
+    forbid_host_sync(monkeypatch, "in the verify seam")
 
 
 @pytest.mark.parametrize("branch", [_greedy_eagle_sample, _sampling_eagle_sample], ids=["greedy", "sampling"])

@@ -23,8 +23,8 @@ from sglang_asd.verify import asd_verify
 from sglang_asd.verify.rules import RULE_ID, SAMPLED_RULE_ID
 from sglang_asd.verify.sampled_verify import asd_sampled_verify
 from tests import cpu_sampling
+from tests.host_sync import forbid_host_sync
 
-FORBIDDEN = ["item", "tolist", "cpu", "numpy", "__bool__", "__int__", "__float__"]
 BS, W, K, TOPK = 12, 6, 3, 2
 SAMPLED, GREEDY = (1, 4, 7, 10), (2, 5, 8, 11)  # slots (= row + 1); the others are stock (zero rows)
 FLOOR, POWER, CAP, BUDGET = 0.05, 0.5, 2, 4.0
@@ -150,13 +150,7 @@ def test_budget_zero_sampled_rows_are_sglangs_walk(step):
 def test_the_sampling_branch_never_syncs_with_the_host(step, monkeypatch):
     assert step.table.has_staged  # the staged admissions are applied inside the call, too
 
-    def forbid(name):
-        def raiser(*args, **kwargs):
-            raise AssertionError(f"Tensor.{name} called in the verify seam")
-        return raiser
-
-    for name in FORBIDDEN:
-        monkeypatch.setattr(torch.Tensor, name, forbid(name))
+    forbid_host_sync(monkeypatch, "in the verify seam")
     seam.eagle_sample_around(_sampling_eagle_sample, step.verify_input, step.batch, step.logits_output)
     monkeypatch.undo()
     assert step.logits_output.auxiliary_device_output.relaxed is not None

@@ -7,23 +7,13 @@ import pytest
 import torch
 from sglang_asd.testing import make_round, strict_verify
 from sglang_asd.verify import asd_verify
+from tests.host_sync import forbid_host_sync
 
-FORBIDDEN = ["item", "tolist", "cpu", "numpy", "__bool__", "__int__", "__float__"]
 
 
 @pytest.fixture
 def no_host_sync(monkeypatch):
-    def forbid(name):
-        def raiser(*args, **kwargs):
-            raise AssertionError(f"Tensor.{name} called on the verify hot path")
-
-        return raiser
-
-    def patch():
-        for name in FORBIDDEN:
-            monkeypatch.setattr(torch.Tensor, name, forbid(name))
-
-    return patch
+    return lambda: forbid_host_sync(monkeypatch)
 
 
 @pytest.mark.parametrize("shape,K,W", [("chain", 5, 6), ("eagle", 4, 8), ("chain", 0, 1)])
