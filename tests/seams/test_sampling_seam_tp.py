@@ -7,13 +7,13 @@ kernel. Every rank must commit rank 0's tokens and charge rank 0's KL, so the le
 
 from __future__ import annotations
 
-import datetime
 from types import SimpleNamespace
 
 import pytest
 import torch
 import torch.distributed as dist
-import torch.multiprocessing as mp
+
+from tests.gloo_ranks import run_ranks
 
 WORLD = 2
 BS, W, K, TOPK = 6, 6, 3, 2
@@ -89,7 +89,7 @@ def _own_spent(rnd, logits, verify_input, coins, final):
     return out.spent
 
 
-def _worker(rank: int, init_method: str, outdir: str) -> None:
+def _rank(rank: int) -> dict:
     from sglang_asd.sglang_seams.process import prepare_process
 
     prepare_process()
@@ -103,21 +103,12 @@ def _worker(rank: int, init_method: str, outdir: str) -> None:
     set_runtime(ASDServerSettings())
     seam.check_signatures(_resolve(seam.EAGLE_SAMPLE), _resolve(seam.VERIFY_TREE_GREEDY),
                           sampling.tree_speculative_sampling_target_only)
-    dist.init_process_group("gloo", init_method=init_method, rank=rank, world_size=WORLD,
-                            timeout=datetime.timedelta(seconds=120))
-    try:
-        torch.save(_run(rank), f"{outdir}/rank{rank}.pt")
-    finally:
-        dist.destroy_process_group()
+    return _run(rank)
 
 
 @pytest.fixture(scope="module")
 def ranks(tmp_path_factory):
-    if not dist.is_available():
-        pytest.skip("torch.distributed is not available")
-    tmp = tmp_path_factory.mktemp("sampling_tp")
-    mp.spawn(_worker, args=(f"file://{tmp}/rendezvous", str(tmp)), nprocs=WORLD, join=True)
-    return [torch.load(tmp / f"rank{r}.pt") for r in range(WORLD)]
+    return run_ranks(_rank, tmp_path_factory.mktemp("sampling_tp"), WORLD)
 
 
 def test_every_rank_commits_and_charges_rank_0s_sampled_decision(ranks):
