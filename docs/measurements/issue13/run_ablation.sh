@@ -1,30 +1,35 @@
 #!/usr/bin/env bash
-# Issue 13: the seed's ablation on the Qwen2.5-Coder 1.5B + 0.5B pair (STANDALONE, CPU). Every
-# acceptance rule (asd, local, margin, threshold) over its own knob, measured on the same prompts,
-# server and machine state:
-#   1. pilot: GSM8K, first 10 items, a grid of 2-3 settings per rule (picks settings that cover one range of
-#      spent regret; its items are reused by step 2 for the arms it keeps);
-#   2. audit: GSM8K, first 100 items, chat route, natural stop (cap 384), strict run twice;
-#   3. speed at fixed work on GSM8K prompts (after issue 12's chain: one speed run at a time);
+# Issues 13 and 36: the seed's ablation on the Qwen2.5-Coder 1.5B + 0.5B pair (STANDALONE K = 4,
+# SGLang's own draft flow, CPU, the GEMM default `auto`). Every acceptance rule (asd, local, margin,
+# threshold) over its own knob, measured on the same prompts, server and machine state:
+#   1. pilot: GSM8K, first 20 items, a grid of settings per rule (picks settings whose spent regret
+#      covers one range; its items are reused by step 2 for the arms it keeps);
+#   2. audit: GSM8K, first 100 items, chat route, natural stop (cap 384), concurrency 24, strict run
+#      twice (the noise floor);
+#   3. speed at fixed work on GSM8K prompts: 16 x 128 tokens at concurrency 1, three repeats, then
+#      8 x 512 tokens at concurrency 4 (where budgets bind);
 #   4. the table and plot (ablation.py).
+# Issue 13's first run (10 items, float32, the STANDALONE draft fix) stays under issue13/results/;
+# this chain's logs go to issue36/results/.
 #
 # Resumable: every step passes --resume and leaves STEP.done; after a stop run the script again (a
-# fresh checkout starts from the logs committed under results/, see steps.sh's chain_seed):
+# fresh checkout starts from the logs committed under issue36/results/, see steps.sh's chain_seed):
 #   nohup nice -n 19 bash docs/measurements/issue13/run_ablation.sh > $OUT/run_ablation.out 2>&1 &
+# It waits while issue 35's or 33's chain runs (one measurement chain at a time).
 # Run it from a frozen worktree so edits in the main tree cannot change a running server:
-#   git worktree add /work/meas13 <commit>; cd /work/meas13; REPO=/work/meas13 OUT=/work/main/out/meas13 bash ...
+#   git worktree add /work/meas36 <commit>; cd /work/meas36; REPO=/work/meas36 OUT=/work/main/out/meas36 bash ...
 # SMOKE=1: the same steps on the SmolLM2 demo pair at toy sizes (checks the script end to end).
-# RULES: the arms of steps 2 and 3 (default: chosen from the pilot, see docs/BENCHMARKS.md);
+# RULES: the arms of steps 2 and 3, picked from the pilot (unset: the chain stops after the pilot);
 # PILOT_RULES, PILOT_LIMIT, LIMIT override the pilot's grid and the two audits' sizes (a session
 # grows LIMIT run by run: --resume keeps every item already decoded); SPEED and SPEED_REPEATS the
 # speed step's work, repeats and concurrency (repeats are added one at a time, so a stop keeps
-# complete ones; SPEED_CONCURRENCY defaults to 1);
+# complete ones; SPEED_CONCURRENCY defaults to 1); LONG_SPEED the long run's work;
 # SERVER_EXTRA more server arguments (`--dtype float32` on a CPU without AVX-512 BF16, where a bf16
 # Qwen server decodes about half as fast as a float32 one: `lscpu | grep -o 'avx512_bf16\|amx_bf16'`).
 set -uo pipefail
 
 source "$(dirname "$0")/../steps.sh"
-chain_setup meas13 run_ablation.log
+chain_setup meas36 run_ablation.log
 
 # Requests may ask for margins and thresholds up to 8 nats (the server's ceilings); asd and local
 # use the server's gate 0.25 and cap 2. One Qwen server beside issue 12's: a smaller KV pool (8192
@@ -38,13 +43,20 @@ if [ "${SMOKE:-0}" = 1 ]; then
 else
     SERVER="--model-path fixture:qwen2.5-coder-1.5b --speculative-algorithm STANDALONE \
 --speculative-draft-model-path fixture:qwen2.5-coder-0.5b --speculative-num-steps 4 --speculative-eagle-topk 1 \
---speculative-num-draft-tokens 5 --asd-standalone-draft-fix --mem-fraction-static 0.8 --max-total-tokens 8192 \
+--speculative-num-draft-tokens 5 --mem-fraction-static 0.8 --max-total-tokens 32768 \
 $RULE_CEILINGS ${SERVER_EXTRA:-}"
-    # The published grid (docs/BENCHMARKS.md), most informative arms first: a stop keeps those.
-    PILOT_RULES=${PILOT_RULES:-'asd=8,local=1,margin=1,threshold=0.5,asd=2,local=0.5,threshold=0.25,margin=0.5,asd=1'}
-    RULES=${RULES:-$PILOT_RULES}
-    PILOT_LIMIT=${PILOT_LIMIT:-10}; LIMIT=${LIMIT:-100}; CAP=384; MIN_GB=9
+    # The pilot's grid: asd where the ledger binds within a request (0.5, 1, 2) and at 8; the
+    # ledger-free rules at three settings each, around the spends the n = 10 run measured (natural
+    # stop, nats per request: local 0.5 -> 0.90, 1 -> 2.06; margin 0.5 -> 1.04, 1 -> 3.45; threshold
+    # 0.25 -> 0.22, 0.5 -> 1.09), most informative arms first: a stop keeps those. RULES (the
+    # audit's and speed's arms) are picked from the pilot's spends; until a session sets them the
+    # chain stops after the pilot.
+    PILOT_RULES=${PILOT_RULES:-'asd=8,local=1,margin=0.5,threshold=0.5,asd=2,asd=1,asd=0.5,local=0.5,local=0.25,margin=0.25,margin=1,threshold=0.25,threshold=1'}
+    PILOT_LIMIT=${PILOT_LIMIT:-20}; LIMIT=${LIMIT:-100}; CAP=384; MIN_GB=9
     SPEED=${SPEED:-"--num-prompts 16 --max-new-tokens 128"}
+    # The long fixed-work run, where budgets bind and ledger-free rules keep spending
+    LONG_SPEED=${LONG_SPEED:-"--num-prompts 8 --max-new-tokens 512 --concurrency 4"}
+    if [ -z "${RULES:-}" ]; then STOP_AFTER=${STOP_AFTER:-pilot}; RULES=$PILOT_RULES; fi
 fi
 LONG="--timeout 3600 --launch-timeout 1800 --resume"
 
@@ -58,33 +70,35 @@ wait_for_memory() {
     done
 }
 
-# Speed runs one at a time on this machine: wait for issue 12's chain (its run_all.sh) to end.
-wait_for_issue12() {
+# One measurement chain at a time on this machine: wait for the speed chains of issues 35 and 33.
+wait_for_chains() {
     [ "${SMOKE:-0}" = 1 ] && return 0
-    while pgrep -f "issue12/run_all.sh" >/dev/null; do
-        log "waiting for issue 12's run_all.sh to finish before the speed step"
+    while pgrep -f "issue35/run.sh|issue33/run.sh" >/dev/null; do
+        log "waiting for the issue 35 / 33 measurement chains to finish"
         sleep 600
     done
 }
 
 log "run_ablation.sh at $(git -C "$REPO" rev-parse --short HEAD) -> $OUT (SMOKE=${SMOKE:-0}, RULES=$RULES)"
-[ "${SMOKE:-0}" = 1 ] || chain_seed "$REPO/docs/measurements/issue13/results"
+[ "${SMOKE:-0}" = 1 ] || chain_seed "$REPO/docs/measurements/issue36/results"
 audit() {  # audit NAME ARGS...: GSM8K at natural stop on the chat route, one server for every arm
     local name=$1; shift
     step "$name" sglang_asd.bench.audit --launch="$SERVER" --tasks gsm8k --api chat --max-new-tokens $CAP \
-        --concurrency 8 "$@" $LONG --out "$OUT/audit"
+        --concurrency 24 "$@" $LONG --out "$OUT/audit"
 }
 
+wait_for_chains
 wait_for_memory $MIN_GB
 audit pilot --rules "$PILOT_RULES" --limit $PILOT_LIMIT
 audit "audit_l$LIMIT" --rules "$RULES" --limit $LIMIT --noise-floor
 
-wait_for_issue12
 wait_for_memory $MIN_GB
-for r in $(seq 1 "${SPEED_REPEATS:-2}"); do
+for r in $(seq 1 "${SPEED_REPEATS:-3}"); do
     step "speed_r$r" scripts/lab/speed.py --launch="$SERVER" --rules "$RULES" --dataset gsm8k $SPEED \
-        --concurrency "${SPEED_CONCURRENCY:-1}" --repeats $r --schedule trios $LONG --out "$OUT/speed"  # begun as trios
+        --concurrency "${SPEED_CONCURRENCY:-1}" --repeats $r --schedule rounds $LONG --out "$OUT/speed"
 done
+[ "${SMOKE:-0}" = 1 ] || step speed_long scripts/lab/speed.py --launch="$SERVER" --rules "$RULES" --dataset gsm8k \
+    $LONG_SPEED --repeats 1 --schedule rounds $LONG --out "$OUT/speed_long"
 
 "$PY" docs/measurements/issue13/ablation.py --audit "$OUT/audit/audit.json" --speed "$OUT/speed/speed.json" \
     --out "$OUT/report" >>"$OUT/report.log" 2>&1 && log "report: $OUT/report/ablation.md"
