@@ -69,6 +69,7 @@ ASD_ARGS = {
 # The bf16 servers test the float32-accumulate path on every CPU (``auto`` would take torch's bf16
 # kernel on one with bf16 instructions) and SGLang's spawn start.
 CONFIG_ENV = {"eagle_bf16": {"SGLANG_ASD_CPU_START_METHOD": "spawn", "SGLANG_ASD_CPU_GEMM": "fp32-accumulate"}}
+CPU_SAMPLING_ENV = "SGLANG_ASD_CPU_SAMPLING"  # cpu_backend/env.py (not imported here: it would import torch)
 
 MAX_ALIVE = 3
 
@@ -76,7 +77,8 @@ MAX_ALIVE = 3
 class Want(NamedTuple):
     """One server of the pool: ``CONFIGS[config]``, stock SGLang or ASD, extra arguments, overlap on/off
     (SGLang's overlap scheduler kept on for CPU speculative decoding, ``tests/cpu_overlap.py``), sampling
-    verify on/off (SGLang's sampling branch served on CPU, ``tests/cpu_sampling.py``)."""
+    verify on/off (SGLang's sampling branch served on CPU: ``SGLANG_ASD_CPU_SAMPLING``,
+    ``sglang_asd/cpu_backend/seams/sampling.py``)."""
 
     config: str
     stock: bool = False
@@ -84,16 +86,17 @@ class Want(NamedTuple):
     overlap: bool = False
     sampling: bool = False
 
-    def launch(self) -> tuple[str, tuple[str, ...]]:
-        """(module, arguments): the pool's key, so two names for the same server share one process."""
-        if self.sampling:
-            module = "tests.sampling_stock_server" if self.stock else "tests.sampling_asd_server"
-        elif self.overlap:
+    def launch(self) -> tuple[str, tuple[str, ...], tuple[tuple[str, str], ...]]:
+        """(module, arguments, environment): the pool's key, so two names for the same server share one
+        process. The sampling switch is always set, so a value in the test process's environment never
+        reaches a server that did not ask for it."""
+        if self.overlap:
             module = "tests.overlap_stock_server" if self.stock else "tests.overlap_asd_server"
         else:
             module = "sglang_asd.stock_server" if self.stock else "sglang_asd.launch_server"
         asd = [] if self.stock else ["--enable-metrics", *ASD_ARGS.get(self.config, ())]
-        return module, (*CONFIGS[self.config], *asd, *self.extra)
+        env = {**CONFIG_ENV.get(self.config, {}), CPU_SAMPLING_ENV: "on" if self.sampling else "off"}
+        return module, (*CONFIGS[self.config], *asd, *self.extra), tuple(sorted(env.items()))
 
     @property
     def name(self) -> str:
@@ -213,8 +216,8 @@ class ServerPool:
                 self.alive[want.launch()] = self._launch(want)
 
     def _launch(self, want: Want) -> Server:
-        module, args = want.launch()
-        return Server(want.name, list(args), module=module, wait=False, env=CONFIG_ENV.get(want.config))
+        module, args, env = want.launch()
+        return Server(want.name, list(args), module=module, wait=False, env=dict(env))
 
     def _make_room(self, keep) -> None:
         """Stop the least recently used servers not in ``keep`` until one more fits."""

@@ -1,4 +1,4 @@
-"""The stand-ins' three environment switches, read and validated here and nowhere else.
+"""The stand-ins' four environment switches, read and validated here and nowhere else.
 
 - ``SGLANG_ASD_CPU_GEMM``: the CPU linear-layer mode (``seams/cpu_paths.py``): ``auto`` (default:
   ``native`` on a CPU with bf16 instructions, AVX-512 BF16 or AMX, whose bf16 kernel is the faster
@@ -7,12 +7,17 @@
   another summation order; figures in docs/BENCHMARKS.md ("Where a round's time goes on CPU").
 - ``SGLANG_ASD_CPU_START_METHOD``: how the launcher's scheduler and detokenizer start on CPU
   (``seams/start_method.py``), ``fork`` (default) or ``spawn`` (SGLang's own).
+- ``SGLANG_ASD_CPU_SAMPLING``: ``off`` (default) or ``on``: SGLang's speculative sampling verify
+  served on CPU (``seams/sampling.py``), for ASD and stock servers alike. Off, stock SGLang's CPU
+  path verifies sampled rows greedily and sampled requests get ``"reason": "sampling"``; on, a
+  sampled request is sampled as on a GPU, seeded by its ``sampling_seed`` (seed 42 without one).
+  A switch rather than the default because it changes what a sampled request decodes on CPU.
 - ``SGLANG_ASD_KERNEL_STANDIN``: unset, or ``cuda-e2e``, the GPU end-to-end kit's test-only
   ``sgl_kernel`` stand-in for SGLang's CUDA path. It is the kit's code, not the package's:
   ``cpu_backend.install()`` imports it by name (``CUDA_STANDIN_MODULE``) from ``sys.path``, where
   the kit puts ``scripts/device`` for every process it starts (docs/GPU.md).
 
-The first two are case- and space-insensitive, empty meaning the default; the third is exact. Each
+The first three are case- and space-insensitive, empty meaning the default; the last is exact. Each
 function reads the environment when called (never at import), so a process sees the value it was
 started with. A bad value is an error naming the variable, the value and what is accepted; the
 launchers call :func:`check_cpu_switches` before any process starts, so it is one line there.
@@ -29,6 +34,8 @@ GEMM_MODES = ("auto", "fp32-accumulate", "native")
 NATIVE_BF16_FLAGS = ("avx512_bf16", "amx_bf16")
 START_METHOD_ENV = "SGLANG_ASD_CPU_START_METHOD"
 START_METHODS = ("fork", "spawn")
+CPU_SAMPLING_ENV = "SGLANG_ASD_CPU_SAMPLING"
+CPU_SAMPLING_VALUES = ("off", "on")
 KERNEL_STANDIN_ENV = "SGLANG_ASD_KERNEL_STANDIN"
 CUDA_E2E = "cuda-e2e"
 CUDA_STANDIN_MODULE = "cuda_standin"  # scripts/device/cuda_standin/
@@ -68,6 +75,11 @@ def start_method() -> str:
     return _choice(START_METHOD_ENV, START_METHODS)
 
 
+def cpu_sampling() -> bool:
+    """Whether this process serves SGLang's sampling verify on CPU (``on``; ``off`` is the default)."""
+    return _choice(CPU_SAMPLING_ENV, CPU_SAMPLING_VALUES) == "on"
+
+
 def kernel_standin() -> Optional[str]:
     """``cuda-e2e`` when this process opts into the GPU e2e kit's stand-in, else None."""
     value = os.environ.get(KERNEL_STANDIN_ENV, "")
@@ -78,6 +90,8 @@ def kernel_standin() -> Optional[str]:
 
 
 def check_cpu_switches() -> None:
-    """Raise ``ValueError`` on a bad CPU linear-layer mode or start method (the launchers, on CPU)."""
+    """Raise ``ValueError`` on a bad CPU linear-layer mode, start method or sampling switch (the
+    launchers, on CPU)."""
     gemm_mode()
     start_method()
+    cpu_sampling()

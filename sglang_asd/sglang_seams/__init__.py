@@ -9,9 +9,10 @@ silently verified strictly would lie to its users, so a missing hook stops the p
 Processes:
 - launcher / HTTP server (tokenizer manager): ``install_frontend_hooks`` (request validation,
   OpenAI fields, receipts in responses; CPU platform facts for argument resolution) and, with the
-  CPU stand-in, ``install_launcher_cpu_hooks`` (children start by fork: ``start_method``; DSPARK/DFLASH argument resolution: ``block_drafters``).
-- each scheduler (every TP rank): ``install_scheduler_hooks`` (ledger, also on a PD decode server's
-  request pool, verify, receipts, metrics,
+  CPU stand-in, ``install_launcher_cpu_hooks`` (children start by fork: ``start_method``; DSPARK/DFLASH argument resolution: ``block_drafters``;
+  with ``SGLANG_ASD_CPU_SAMPLING=on``, SGLang's sampling verify on CPU: ``install_cpu_sampling``).
+- each scheduler (every TP rank): ``install_scheduler_hooks`` (the CPU sampling verify when on,
+  first; ledger, also on a PD decode server's request pool, verify, receipts, metrics,
   and, with ``--asd-standalone-draft-fix`` only, the STANDALONE draft's KV convention:
   ``standalone_draft``).
 - detokenizer: nothing.
@@ -160,12 +161,29 @@ def install_cpu_path_hooks() -> list[tuple[str, Callable]]:
     return hooks + drafters
 
 
+def install_cpu_sampling() -> bool:
+    """Launcher and scheduler on CPU with ``SGLANG_ASD_CPU_SAMPLING=on`` (ASD and stock servers):
+    SGLang's speculative sampling verify served on CPU (``cpu_backend/seams/sampling.py``), applied
+    and checked; returns whether it is on. In a scheduler it must precede the choice of the
+    scheduler hooks: ``eagle_sample`` wraps the sampling kernel only where the platform has one."""
+    from sglang_asd.cpu_backend.seams import sampling
+
+    if not sampling.wanted():
+        return False
+    sampling.apply()
+    if missing := sampling.missing():
+        raise HookNotInstalled("sglang_asd: SGLANG_ASD_CPU_SAMPLING=on, but SGLang's CPU sampling verify is not in "
+                               "place, refusing to serve (sampled requests would verify greedily): " + ", ".join(missing))
+    return True
+
+
 def install_scheduler_hooks(settings: ASDServerSettings) -> None:
     """Scheduler process: install, apply and verify every scheduler-side hook."""
     from sglang_asd.sglang_seams.scheduler import dflash_accept, dspark_accept, eagle_sample, standalone_draft
     from sglang_asd.sglang_seams.state.runtime import set_runtime
 
     set_runtime(settings)
+    install_cpu_sampling()  # first: it gives the platform the sampling kernel eagle_sample wraps
     eagle_sample.check_signatures(_resolve(eagle_sample.EAGLE_SAMPLE), _resolve(eagle_sample.VERIFY_TREE_GREEDY),
                                   eagle_sample.tree_sampling_kernel())
     dspark_accept.check_signatures(_resolve(dspark_accept.FORWARD_DECODE), _resolve(dspark_accept.ACCEPT_DRAFT_TOKENS))
@@ -194,9 +212,12 @@ def install_scheduler_hooks(settings: ASDServerSettings) -> None:
 def install_launcher_cpu_hooks() -> list[tuple[str, Callable]]:
     """Launcher process on CPU (ASD and stock servers): SGLang's children start by fork (none on a GPU
     install, or with ``SGLANG_ASD_CPU_START_METHOD=spawn``); DSPARK and DFLASH pass argument
-    resolution (``block_drafters``; none on a GPU install)."""
+    resolution (``block_drafters``; none on a GPU install); with ``SGLANG_ASD_CPU_SAMPLING=on`` the
+    CPU sampling verify (``install_cpu_sampling``: a forked child inherits it, a bad binding stops
+    the launcher before any child starts)."""
     from sglang_asd.cpu_backend.seams import block_drafters, start_method
 
+    install_cpu_sampling()
     hooks = start_method.hooks() + block_drafters.launcher_hooks()
     if hooks:
         _register_and_apply(hooks, preload=("sglang.srt.entrypoints.engine", block_drafters.SPEC_HOOK))

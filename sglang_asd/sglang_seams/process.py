@@ -59,10 +59,16 @@ def run_scheduler_process(asd_settings, *args, **kwargs):
 
 
 def run_stock_scheduler_process(*args, **kwargs):
-    """Scheduler entry for ``sglang_asd.stock_server``: the CPU bootstrap and CPU-path fixes only."""
+    """Scheduler entry for ``sglang_asd.stock_server``: the CPU bootstrap, the CPU sampling verify
+    when ``SGLANG_ASD_CPU_SAMPLING=on`` and the CPU-path fixes only."""
     prepare_process()
-    from sglang_asd.sglang_seams import install_cpu_path_hooks
+    from sglang_asd.sglang_seams import HookNotInstalled, install_cpu_path_hooks, install_cpu_sampling
 
+    try:
+        install_cpu_sampling()
+    except HookNotInstalled as e:
+        print(f"sglang_asd stock scheduler: error: {e}", file=sys.stderr, flush=True)
+        raise SystemExit(2)
     install_cpu_path_hooks()
     from sglang.srt.managers.scheduler import run_scheduler_process as sglang_run_scheduler_process
 

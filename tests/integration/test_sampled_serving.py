@@ -1,4 +1,5 @@
-"""Sampled requests on real servers serving SGLang's sampling verify on CPU (``tests/cpu_sampling.py``):
+"""Sampled requests on real servers serving SGLang's sampling verify on CPU (``SGLANG_ASD_CPU_SAMPLING=on``,
+``sglang_asd/cpu_backend/seams/sampling.py``):
 budget 0 is stock SGLang's sampling token for token (same ``sampling_seed``: SGLang's seeded coins),
 a budget gets the sampled rule (``asd-sampled-1``) with receipts that never overspend, and sampled
 ASD rows, greedy ASD rows and stock rows share batches.

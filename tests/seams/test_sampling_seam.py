@@ -1,8 +1,8 @@
 """The sampling branch of the verify seam (``eagle_sample.tree_sampling_around``), driven as SGLang's
 ``eagle_sample`` drives it: its sampling branch allocates the buffers (zero / -1), computes the target's
 probabilities and the coins, and calls ``tree_speculative_sampling_target_only`` by keyword, its kernel
-then writing in place. The kernel here is the CPU test kernel of ``tests/cpu_sampling.py`` (SGLang's
-target-only walk, bit for bit). One batch mixes sampled ASD rows, greedy ASD rows and stock rows.
+then writing in place. The kernel here is the CPU kernel of ``sglang_asd/cpu_backend/seams/sampling.py``
+(SGLang's target-only walk, bit for bit). One batch mixes sampled ASD rows, greedy ASD rows and stock rows.
 """
 
 from types import SimpleNamespace
@@ -22,7 +22,7 @@ from sglang_asd.testing import make_round
 from sglang_asd.verify import asd_verify
 from sglang_asd.verify.rules import RULE_ID, SAMPLED_RULE_ID
 from sglang_asd.verify.sampled_verify import asd_sampled_verify
-from tests import cpu_sampling
+from sglang_asd.cpu_backend.seams import sampling as cpu_sampling
 from tests.host_sync import forbid_host_sync
 
 BS, W, K, TOPK = 12, 6, 3, 2

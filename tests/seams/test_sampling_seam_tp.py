@@ -49,7 +49,7 @@ def _round(rank):
 
 def _run(rank):
     from sglang_asd.sglang_seams.scheduler import eagle_sample as seam
-    from tests import cpu_sampling
+    from sglang_asd.cpu_backend.seams import sampling as cpu_sampling
 
     rnd, logits, table, batch, verify_input, coins, final = _round(rank)
 

@@ -76,8 +76,9 @@
   bound by name once at install (``check_signatures``, ``arguments.py``), which stops the start
   if one was renamed. Where the platform has no ``tree_speculative_sampling_target_only`` (CPU:
   SGLang verifies sampled rows greedily there) that hook is not registered, and sampled requests
-  get ``"reason": "sampling"`` (``scheduler.sampling_reason``); ``tests/cpu_sampling.py`` serves
-  SGLang's sampling branch on CPU with a torch kernel, in tests only.
+  get ``"reason": "sampling"`` (``scheduler.sampling_reason``); ``SGLANG_ASD_CPU_SAMPLING=on``
+  serves SGLang's sampling branch on CPU with a torch kernel (``cpu_backend/seams/sampling.py``,
+  applied before these hooks are chosen), which this hook then wraps.
 - Not hooked: rejection sampling (``--speculative-use-rejection-sampling``: another sampler, with
   draft probabilities) and UNO's sparse target sampling (CUDA, UNO only) decide sampled rows
   without this kernel; sampled requests there get ``"reason": "rejection_sampling"``, and UNO is

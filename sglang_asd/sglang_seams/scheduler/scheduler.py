@@ -89,7 +89,7 @@ def sampling_reason() -> Optional[str]:
     once per process): SGLang's verify takes the sampling branch through the hooked
     ``tree_speculative_sampling_target_only`` (``eagle_sample.sampling_hooks``) only where
     ``_verify_uses_greedy`` is False for a sampled batch (not on CPU, where SGLang commits argmax,
-    unless a test hook serves it), without rejection sampling (a different sampler, not hooked),
+    unless ``SGLANG_ASD_CPU_SAMPLING=on`` serves it), without rejection sampling (a different sampler, not hooked),
     and the sampled rule's bound holds only at SGLang's default thresholds 1 / 1. DSPARK and DFLASH
     verify in their own accept, which has no sampled seam."""
     runtime = get_runtime()

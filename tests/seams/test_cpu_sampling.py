@@ -1,0 +1,167 @@
+"""SGLang's sampling verify on CPU behind ``SGLANG_ASD_CPU_SAMPLING`` (``cpu_backend/seams/sampling.py``):
+the switch's values, nothing patched when it is off (or without the stand-in), every binding in place when
+it is on, the start-up check, and the torch ops against plain references. Real servers serving it:
+``tests/integration/test_sampled_serving.py``."""
+
+import functools
+import importlib
+import random
+import struct
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+from sglang_asd import cpu_backend, sglang_seams
+from sglang_asd.cpu_backend import env
+from sglang_asd.cpu_backend.seams import sampling
+
+
+@pytest.fixture
+def restored(monkeypatch):
+    """Every binding the seam sets (and its record of SGLang's originals) as before the test."""
+    for module, name in sampling.BINDINGS:
+        mod = importlib.import_module(module)
+        monkeypatch.setattr(mod, name, getattr(mod, name))
+    monkeypatch.setattr(sampling, "_ORIGINAL", {})
+    return monkeypatch
+
+
+def _bindings() -> dict:
+    return {(m, n): getattr(importlib.import_module(m), n) for m, n in sampling.BINDINGS}
+
+
+@pytest.mark.parametrize("value,on", [(None, False), ("", False), ("off", False), (" Off ", False), ("on", True),
+                                      ("ON", True)])
+def test_the_switch_reads_off_and_on(monkeypatch, value, on):
+    if value is None:
+        monkeypatch.delenv(env.CPU_SAMPLING_ENV, raising=False)
+    else:
+        monkeypatch.setenv(env.CPU_SAMPLING_ENV, value)
+    assert env.cpu_sampling() is on
+    env.check_cpu_switches()
+
+
+@pytest.mark.parametrize("value", ["yes", "1", "true", "o n"])
+def test_a_bad_switch_value_names_the_variable_the_value_and_the_choices(monkeypatch, value):
+    monkeypatch.setenv(env.CPU_SAMPLING_ENV, value)
+    with pytest.raises(ValueError, match=f"SGLANG_ASD_CPU_SAMPLING='{value}': expected one of off, on"):
+        env.cpu_sampling()
+    with pytest.raises(ValueError, match="SGLANG_ASD_CPU_SAMPLING"):
+        env.check_cpu_switches()  # what the launchers call before any process starts
+
+
+def test_off_patches_nothing(restored):
+    from sglang.srt.speculative import eagle_utils
+
+    restored.setattr(cpu_backend, "is_installed", lambda: True)
+    restored.setenv(env.CPU_SAMPLING_ENV, "off")
+    before = _bindings()
+    assert sglang_seams.install_cpu_sampling() is False
+    assert _bindings() == before
+    assert eagle_utils._verify_uses_greedy.__module__ == eagle_utils.__name__  # SGLang's own
+    assert eagle_utils._verify_uses_greedy(is_all_greedy=False, is_cpu=True, is_hip=False, is_xpu=False,
+                                           use_rejection_sampling=False) is True  # sampled rows verify greedily
+
+
+def test_on_without_the_stand_in_patches_nothing(restored):
+    """A GPU install has SGLang's own kernels: the switch does nothing there."""
+    restored.setattr(cpu_backend, "is_installed", lambda: False)
+    restored.setenv(env.CPU_SAMPLING_ENV, "on")
+    before = _bindings()
+    assert sglang_seams.install_cpu_sampling() is False
+    assert _bindings() == before
+
+
+def test_on_sets_every_binding_and_serves_the_sampling_branch(restored):
+    from sglang.kernels.ops.speculative import verify_sampling
+    from sglang.srt.sampling import sampling_batch_info
+    from sglang.srt.speculative import eagle_utils
+
+    from sglang_asd.sglang_seams.scheduler import eagle_sample
+
+    restored.setattr(cpu_backend, "is_installed", lambda: True)
+    restored.setenv(env.CPU_SAMPLING_ENV, "on")
+    # SGLang's get_exec() reads the scheduler's published settings; here, a stand-in for them
+    settings = SimpleNamespace(deterministic=SimpleNamespace(enable_deterministic_inference=False, other=3),
+                               features=object())
+    restored.setattr(sampling_batch_info, "get_exec", lambda: settings)
+    assert sglang_seams.install_cpu_sampling() is True
+    assert sglang_seams.install_cpu_sampling() is True  # idempotent: a forked child applies it again
+    assert sampling.missing() == []
+    assert eagle_utils._verify_uses_greedy is sampling.verify_uses_greedy
+    flags = dict(is_cpu=True, is_hip=False, is_xpu=False, use_rejection_sampling=False)
+    assert eagle_utils._verify_uses_greedy(is_all_greedy=False, **flags) is False  # the sampling branch
+    assert eagle_utils._verify_uses_greedy(is_all_greedy=True, **flags) is True  # greedy batches stay greedy
+    assert verify_sampling.tree_speculative_sampling_target_only is sampling.tree_speculative_sampling_target_only
+    assert eagle_sample.sampling_hooks() == [(eagle_sample.TREE_SAMPLING, eagle_sample.tree_sampling_around)]
+    seen = sampling_batch_info.get_exec()
+    assert seen.deterministic.enable_deterministic_inference is True  # per-request sampling_seed is read
+    assert seen.deterministic.other == 3 and seen.features is settings.features  # everything else is SGLang's
+
+
+def test_a_hookregistry_wrapper_around_the_kernel_still_counts_and_a_lost_binding_is_named(restored):
+    from sglang.srt.speculative import eagle_utils
+
+    restored.setattr(cpu_backend, "is_installed", lambda: True)
+    restored.setenv(env.CPU_SAMPLING_ENV, "on")
+    sglang_seams.install_cpu_sampling()
+    kernel = eagle_utils.tree_speculative_sampling_target_only
+
+    @functools.wraps(kernel)  # what HookRegistry's AROUND wrapper is (eagle_sample's hook on an ASD server)
+    def wrapper(*args, **kwargs):
+        return kernel(*args, **kwargs)
+
+    restored.setattr(eagle_utils, "tree_speculative_sampling_target_only", wrapper)
+    assert sampling.missing() == []
+    restored.setattr(eagle_utils, "top_p_renorm_prob", None)
+    assert sampling.missing() == [f"{sampling.EAGLE_UTILS}.top_p_renorm_prob"]
+    restored.setattr(sampling, "apply", lambda: None)  # a binding that does not take
+    with pytest.raises(sglang_seams.HookNotInstalled, match="top_p_renorm_prob"):
+        sglang_seams.install_cpu_sampling()
+
+
+def test_top_k_and_top_p_renorm_against_a_loop():
+    g = torch.Generator().manual_seed(0)
+    probs = torch.softmax(torch.randn(6, 20, generator=g) * 2, dim=-1)
+    top_k = torch.tensor([1, 2, 5, 20, 7, 3])
+    top_p = torch.tensor([0.05, 0.5, 0.9, 1.0, 0.3, 0.999])
+    got_k, got_p = sampling.top_k_renorm_prob(probs, top_k), sampling.top_p_renorm_prob(probs, top_p)
+    for row in range(6):
+        order = probs[row].argsort(descending=True).tolist()
+        keep_k = set(order[:top_k[row]])
+        keep_p, mass = set(), 0.0
+        for i in order:
+            if mass >= top_p[row]:
+                break
+            keep_p.add(i)
+            mass += probs[row, i].item()
+        for got, keep in ((got_k, keep_k), (got_p, keep_p)):
+            want = torch.tensor([probs[row, i].item() if i in keep else 0.0 for i in range(20)])
+            torch.testing.assert_close(got[row], want / want.sum())
+
+
+def _murmur3_x86_32(data: bytes, seed: int = 0) -> int:
+    """MurmurHash3_x86_32 over whole 4-byte blocks, textbook form (the key SGLang's kernel hashes:
+    seed low, seed high, position, column, little-endian; length 16)."""
+    c1, c2, h = 0xCC9E2D51, 0x1B873593, seed
+    rotl = lambda x, r: ((x << r) | (x >> (32 - r))) & 0xFFFFFFFF  # noqa: E731
+    for (k,) in struct.iter_unpack("<I", data):
+        k = rotl((k * c1) & 0xFFFFFFFF, 15) * c2 & 0xFFFFFFFF
+        h = (rotl(h ^ k, 13) * 5 + 0xE6546B64) & 0xFFFFFFFF
+    h ^= len(data)
+    for shift, mult in ((16, 0x85EBCA6B), (13, 0xC2B2AE35)):
+        h = ((h ^ (h >> shift)) * mult) & 0xFFFFFFFF
+    return h ^ (h >> 16)
+
+
+def test_murmur_hash32_is_murmur3_of_seed_position_and_column():
+    rng = random.Random(0)
+    seeds = [0, 1, 42, 2**32 + 7, 2**63 - 1] + [rng.randrange(2**63) for _ in range(3)]
+    positions = [rng.randrange(2**31) for _ in seeds]
+    cols = [0, 1, 5, 2**31 - 1]
+    got = sampling.murmur_hash32(torch.tensor(seeds), torch.tensor(positions), torch.tensor(cols))
+    for i, (s, p) in enumerate(zip(seeds, positions)):
+        for j, c in enumerate(cols):
+            key = struct.pack("<IIII", s & 0xFFFFFFFF, s >> 32, p, c)
+            assert got[i, j].item() == _murmur3_x86_32(key), (s, p, c)
