@@ -38,7 +38,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Optional[list[str]] = None) -> int:
-    args = build_parser().parse_args(argv)
+    args = speed.parse_args(build_parser(), argv)
     if not 0 <= args.max_foreign_share <= 1:
         raise SystemExit(f"--max-foreign-share must be in [0, 1], got {args.max_foreign_share}")
     if args.redo_disturbed < 0:

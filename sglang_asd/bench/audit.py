@@ -2,11 +2,14 @@
 
 ``python -m sglang_asd.bench.audit (--url URL | --launch='SERVER ARGS') [--budgets 0,8,32]
     [--arms 'b8g05:asd_budget=8,asd_gate=0.5'] --tasks gsm8k,math500,humaneval,mbpp,mmlu,mtbench
-    --limit 50 --out DIR [--noise-floor] [--speed-json speed.json] [--resume]``
+    --limit 50 [--temperature 0.7 --top-p 0.95 --samples 2] --out DIR [--noise-floor]
+    [--speed-json speed.json] [--resume]``
 
 For each task and arm (``strict`` = budget 0 always, first; see ``arms``), the first ``--limit``
-items of the shipped subset are generated greedily to their natural end (EOS or the cap), then
-scored (see ``scoring``). Every arm is paired with strict on the same items (``audit_summary``):
+items of the shipped subset are generated to their natural end (EOS or the cap), greedily or, with
+``--temperature``, sampled ``--samples`` times per item with seeds 0..N-1, the same seeds under
+every arm (``sampling``), then scored (see ``scoring``). Every arm is paired with strict on the same
+(item, seed) (``audit_summary``):
 accuracy delta with a paired-bootstrap 95% interval and the exact McNemar p-value, length delta
 with its interval, divergence from the strict text, acceptance and regret spent.
 ``--noise-floor`` adds the arm ``strict-rerun`` (strict run again): the floor of divergence.
@@ -22,16 +25,17 @@ completes and at the end.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import hashlib
 import sys
 import time
 from collections import Counter
 from pathlib import Path
-from typing import Optional
+from typing import Optional, Sequence
 
 import requests
 
-from sglang_asd.bench import audit_summary, datasets, report, scoring
+from sglang_asd.bench import audit_summary, datasets, report, sampling, scoring
 from sglang_asd.bench.arms import Arm, resolve_arms
 from sglang_asd.bench.audit_report import BY_ARM_COLUMNS, write
 from sglang_asd.bench.client import GenRequest, served_model
@@ -90,21 +94,24 @@ def score_record(task: str, prompt: datasets.Prompt, record: dict, args: argpars
     return record
 
 
-def plan(arms: list[Arm], prompts: dict[str, list[datasets.Prompt]],
-         done: set) -> list[tuple[str, Arm, datasets.Prompt]]:
-    """Every (task, arm, item) request not yet done, for one pass: task by task, item by item with
-    every arm of an item together (strict first). A stopped run leaves items paired across arms, and
-    one pass keeps the server's batch full instead of draining it at the end of each arm or task
-    (where throughput grows with the batch, as on CPU, a pass per task loses throughput at every
-    task boundary: docs/BENCHMARKS.md#host-effects-behind-the-method)."""
-    return [(t, a, p) for t, items in prompts.items() for p in items for a in arms if (a.label, t, p.id) not in done]
+def plan(arms: list[Arm], prompts: dict[str, list[datasets.Prompt]], done: set,
+         seeds: Sequence[Optional[int]] = (None,)) -> list[tuple[str, Arm, datasets.Prompt, Optional[int]]]:
+    """Every (task, arm, item, seed) request not yet done, for one pass: task by task, item by item,
+    seed by seed, with every arm of an (item, seed) together (strict first). ``done`` holds
+    ``(arm, task, item, seed)``, seed 0 for None (``sampling.seed_of``). A stopped run leaves items
+    paired across arms, and one pass keeps the server's batch full instead of draining it at the
+    end of each arm or task (where throughput grows with the batch, as on CPU, a pass per task
+    loses throughput at every task boundary: docs/BENCHMARKS.md#host-effects-behind-the-method)."""
+    return [(t, a, p, seed) for t, items in prompts.items() for p in items for seed in seeds for a in arms
+            if (a.label, t, p.id, seed or 0) not in done]
 
 
 def run(args: argparse.Namespace, arms: list[Arm], tasks: list[str], speed: Optional[dict]) -> dict:
-    """Generate and score every (task, arm, item) not yet in the log in one pass (``plan``); the
+    """Generate and score every (task, arm, item, seed) not yet in the log in one pass (``plan``); the
     report is rewritten as each task completes. Returns the final report."""
     prompts = {t: datasets.load_prompts(t, args.limit) for t in tasks}
-    fp = {"api": args.api, "max_new_tokens": args.max_new_tokens, "launch": args.launch}
+    how = args.sampling
+    fp = {"api": args.api, "max_new_tokens": args.max_new_tokens, "launch": args.launch, **how.fingerprint()}
     log_path = args.out / LOG_NAME
     RunLog.precheck(log_path, LOG_KIND, fp, args.resume)
     with target_server(args) as url:
@@ -113,23 +120,25 @@ def run(args: argparse.Namespace, arms: list[Arm], tasks: list[str], speed: Opti
         model = served_model(requests.Session(), url)
         first = prompts[tasks[0]][0]
         preflight([(a.label, url, GenRequest(text=first.text, max_new_tokens=1, fields=dict(a.fields), api=args.api,
-                                             model=model, tag="preflight")) for a in arms], args.timeout)
+                                             model=model, tag="preflight", temperature=how.temperature,
+                                             top_p=how.top_p, seed=how.seeds[0])) for a in arms], args.timeout)
         log = RunLog.open(log_path, LOG_KIND, fp, args.resume)
         check_arms(items_of(log.records), arms, log_path)
         log.append({"kind": "plan", "arms": [a.to_dict() for a in arms], "tasks": tasks, "limit": args.limit,
                     "concurrency": args.concurrency, "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
                     "servers": {"server": info}})
         done = {key for key, r in audit_summary.latest(items_of(log.records)).items() if r["ok"]}
-        todo = plan(arms, prompts, done)
-        left = Counter(task for task, _, _ in todo)
+        todo = plan(arms, prompts, done, how.seeds)
+        left = Counter(task for task, _, _, _ in todo)
         reqs = [GenRequest(text=p.text, max_new_tokens=args.max_new_tokens or p.max_new_tokens,
-                           fields=dict(arm.fields), api=args.api, model=model, tag=p.id) for _, arm, p in todo]
+                           fields=dict(arm.fields), api=args.api, model=model, tag=p.id, temperature=how.temperature,
+                           top_p=how.top_p, seed=seed) for _, arm, p, seed in todo]
 
         def current() -> dict:
             return build_result(log.header, log.records, arms, tasks, args.limit, args, speed, info)
 
         def on_result(i: int, result) -> None:
-            task, arm, prompt = todo[i]
+            task, arm, prompt, _ = todo[i]
             rec = score_record(task, prompt, result.to_dict(), args)
             log.append({"kind": "item", "arm": arm.label, "fields": dict(arm.fields), **rec})
             left[task] -= 1
@@ -150,7 +159,9 @@ def build_result(header: dict, records: list[dict], arms: list[Arm], tasks: list
                  args: argparse.Namespace, speed: Optional[dict], info: Optional[dict] = None) -> dict:
     """The report of a log (complete or not): per task and arm, and per arm pooled."""
     prompts = {t: datasets.load_prompts(t, limit) for t in tasks}
-    planned = {t: len(ps) for t, ps in prompts.items()}
+    fp = header["fingerprint"]
+    how = sampling.Sampling.of_fingerprint(fp)
+    planned = {t: len(ps) * how.samples for t, ps in prompts.items()}
     # Only the planned items: a log that a larger --limit has grown is reported at a smaller one.
     ids = {(t, p.id) for t, ps in prompts.items() for p in ps}
     rows, by_arm = audit_summary.summarize([r for r in items_of(records) if (r["task"], r["tag"]) in ids],
@@ -158,12 +169,12 @@ def build_result(header: dict, records: list[dict], arms: list[Arm], tasks: list
     speedups = report.speedups_by_arm(speed)
     for r in by_arm:
         r["speedup"] = speedups.get(r["arm"], {}).get("value")
-    fp = header["fingerprint"]
     planned_total = len(arms) * sum(planned.values())
     return {
         "kind": "asd-audit", "version": 2, "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         "title": "ASD speed / quality frontier",
-        "config": {**fp, "arms": [a.to_dict() for a in arms], "tasks": tasks, "limit": limit,
+        "config": {**fp, "sampling": dataclasses.asdict(how), "arms": [a.to_dict() for a in arms], "tasks": tasks,
+                   "limit": limit,
                    "concurrency": logged_concurrency(records), "log_created": header["created"],
                    "speed_json": str(args.speed_json) if args.speed_json else None},
         "complete": {"items": sum(r["n"] for r in rows), "planned": planned_total,
@@ -213,6 +224,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--api", choices=("chat", "completions", "generate"), default="chat",
                    help="route; chat applies the model's chat template (default)")
     p.add_argument("--max-new-tokens", type=int, default=None, help="override every task's cap")
+    sampling.add_args(p)
     p.add_argument("--concurrency", type=int, default=8)
     p.add_argument("--timeout", type=float, default=1200.0, help="per-request timeout, seconds")
     p.add_argument("--exec-timeout", type=float, default=10.0, help="seconds per code test program")
@@ -223,7 +235,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Optional[list[str]] = None) -> int:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    args.sampling = sampling.from_args(parser, args)
     try:
         arms = measured_arms(args)
         tasks = datasets.parse_tasks(args.tasks or ",".join(datasets.TASKS))

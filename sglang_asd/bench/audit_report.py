@@ -13,6 +13,7 @@ from typing import Optional
 from sglang_asd.bench import report
 from sglang_asd.bench.arms import STRICT
 from sglang_asd.bench.audit_summary import p_value_text
+from sglang_asd.bench.sampling import Sampling
 
 TASK_COLUMNS = (
     ("task", "task"), ("arm", "arm"), ("n_cell", "n"), ("accuracy_cell", "accuracy"),
@@ -79,12 +80,20 @@ def write(audit: dict, out: Path, speed: Optional[dict]) -> None:
     report.write_csv(out / "audit.csv", audit["results"], CSV_COLUMNS)
     report.plot_frontier(audit, out / "frontier.png", speed)
     cfg = audit["config"]
+    how = Sampling(**cfg["sampling"]) if cfg.get("sampling") else Sampling()
+    pairing = ("Every arm is paired with strict on the same items: Δ = arm - strict, 95% paired-bootstrap "
+               "interval; lost/gained = items right under strict and wrong under the arm / the reverse; McNemar = "
+               "exact two-sided test on those discordant pairs.")
+    if how.samples > 1:
+        pairing = (f"Every arm is paired with strict on the same (item, seed), {how.samples} seeds per item (n counts "
+                   "pairs): Δ = arm - strict, 95% paired-bootstrap interval resampling items with all their seeds; "
+                   "lost/gained = pairs right under strict and wrong under the arm / the reverse; McNemar = exact "
+                   "two-sided test on those discordant pairs, taking them as independent (two samples of one item "
+                   "are not: read the interval).")
     md = [f"# ASD quality audit at natural stop ({audit['created']})", "",
-          f"{audit['complete']['line']}. Route {cfg['api']}, first {cfg['limit'] or 'all'} items per task, greedy, "
-          f"natural stop (max_new_tokens {cfg['max_new_tokens'] or 'per task'}), concurrency {_concurrency(cfg.get('concurrency'))}.",
-          "", "Every arm is paired with strict on the same items: Δ = arm - strict, 95% paired-bootstrap "
-          "interval; lost/gained = items right under strict and wrong under the arm / the reverse; McNemar = "
-          "exact two-sided test on those discordant pairs.", "",
+          f"{audit['complete']['line']}. Route {cfg['api']}, first {cfg['limit'] or 'all'} items per task, "
+          f"{how.describe('item')}, natural stop (max_new_tokens {cfg['max_new_tokens'] or 'per task'}), "
+          f"concurrency {_concurrency(cfg.get('concurrency'))}.", "", pairing, "",
           "## Per arm (pooled over tasks)", "", report.markdown_table(audit["by_arm"], BY_ARM_COLUMNS),
           "## Per task", "", report.markdown_table(audit["results"], TASK_COLUMNS)]
     if audit["noise_floor"]:

@@ -1,11 +1,16 @@
 """The audit's statistics: every arm paired with strict on the same items.
 
-Items are the same under every arm, so each comparison is paired. Per task and arm (and pooled
-over the scored tasks):
+Items are the same under every arm, so each comparison is paired: an arm's answer to an item
+with a seed (``sampling``: several seeded samples per item when sampled; seed 0 when greedy) against
+strict's answer to the same item with the same seed. Per task and arm (and pooled over the scored
+tasks):
 
-- ``acc_delta``: accuracy(arm) - accuracy(strict) over the items scored under both, with a
-  paired-bootstrap 95% interval (``acc_delta_ci``), the discordant pairs (``lost``: right under
-  strict, wrong under the arm; ``gained``: the reverse) and the exact McNemar p-value on them;
+- ``acc_delta``: accuracy(arm) - accuracy(strict) over the (item, seed) pairs scored under both,
+  with a paired-bootstrap 95% interval (``acc_delta_ci``; with several seeds per item the items are
+  resampled, each with all its pairs, since two samples of one item are not independent), the
+  discordant pairs (``lost``: right under strict, wrong under the arm; ``gained``: the reverse) and
+  the exact McNemar p-value on them (which takes the pairs as independent: with several seeds per
+  item it is optimistic, and the interval is the one to read);
 - ``len_delta``: mean completion tokens (arm - strict) with its paired-bootstrap interval;
 - ``divergence_share``: items whose output text differs from the strict output of the item;
   ``similarity_mean``: mean difflib ratio to it (MT-Bench has no judge offline: read these);
@@ -24,6 +29,7 @@ from typing import Optional
 from sglang_asd.bench import stats
 from sglang_asd.bench.arms import STRICT, Arm, describe
 from sglang_asd.bench.metrics import first_errors, result_metrics
+from sglang_asd.bench.sampling import seed_of
 
 METRIC_KEYS = ("completion_tokens_mean", "accept_length", "verify_ct_mean", "spent_mean", "exceptions_mean",
                "applied_share", "not_applied_reasons")
@@ -33,40 +39,45 @@ def similarity(a: str, b: str) -> float:
     return difflib.SequenceMatcher(None, a, b, autojunk=False).ratio()
 
 
-def latest(records: list[dict]) -> dict[tuple[str, str, str], dict]:
-    """The last logged record per (arm, task, item): a retried item replaces its failed try."""
-    out: dict[tuple[str, str, str], dict] = {}
+def latest(records: list[dict]) -> dict[tuple[str, str, str, int], dict]:
+    """The last logged record per (arm, task, item, seed): a retried item replaces its failed try."""
+    out: dict[tuple[str, str, str, int], dict] = {}
     for r in records:
-        out[(r["arm"], r["task"], r["tag"])] = r
+        out[(r["arm"], r["task"], r["tag"], seed_of(r))] = r
     return out
 
 
-def pairs(strict: dict[str, dict], records: list[dict]) -> list[tuple[dict, dict]]:
-    """``(strict record, arm record)`` of every item answered (ok) under both."""
+def pairs(strict: dict[tuple[str, int], dict], records: list[dict]) -> list[tuple[dict, dict]]:
+    """``(strict record, arm record)`` of every (item, seed) answered (ok) under both; ``strict`` by
+    (item, seed)."""
     out = []
     for r in records:
-        s = strict.get(r["tag"])
+        s = strict.get((r["tag"], seed_of(r)))
         if r["ok"] and s is not None and s["ok"]:
             out.append((s, r))
     return out
 
 
 def paired_stats(ps: list[tuple[dict, dict]], seed: int = 0) -> dict:
-    """Accuracy and length deltas, intervals and McNemar over aligned pairs."""
-    scored = [(s["correct"], r["correct"]) for s, r in ps if s["correct"] is not None and r["correct"] is not None]
-    ref, cand = [float(a) for a, _ in scored], [float(b) for _, b in scored]
-    lost, gained = stats.discordant([a for a, _ in scored], [b for _, b in scored])
-    lens = [(s["completion_tokens"], r["completion_tokens"]) for s, r in ps
+    """Accuracy and length deltas, intervals and McNemar over aligned pairs; the intervals resample
+    items (task, tag), each with all its seeds' pairs (``stats.clustered_diff_ci``)."""
+    item = lambda s: (s.get("task"), s["tag"])  # noqa: E731
+    scored = [(s["correct"], r["correct"], item(s)) for s, r in ps
+              if s["correct"] is not None and r["correct"] is not None]
+    ref, cand = [float(a) for a, _, _ in scored], [float(b) for _, b, _ in scored]
+    lost, gained = stats.discordant([a for a, _, _ in scored], [b for _, b, _ in scored])
+    lens = [(s["completion_tokens"], r["completion_tokens"], item(s)) for s, r in ps
             if s.get("completion_tokens") is not None and r.get("completion_tokens") is not None]
     differs = sum(1 for s, r in ps if s["hash"] != r["hash"])
     return {
         "pairs": len(ps), "scored_pairs": len(scored),
         "acc_delta": stats.mean_diff(ref, cand) if scored else None,
-        "acc_delta_ci": stats.paired_diff_ci(ref, cand, seed=seed) if scored else None,
+        "acc_delta_ci": stats.clustered_diff_ci(ref, cand, [k for *_, k in scored], seed=seed) if scored else None,
         "lost": lost if scored else None, "gained": gained if scored else None,
         "mcnemar_p": stats.mcnemar_exact(lost, gained) if scored else None,
-        "len_delta": stats.mean_diff([a for a, _ in lens], [b for _, b in lens]) if lens else None,
-        "len_delta_ci": stats.paired_diff_ci([a for a, _ in lens], [b for _, b in lens], seed=seed) if lens else None,
+        "len_delta": stats.mean_diff([a for a, _, _ in lens], [b for _, b, _ in lens]) if lens else None,
+        "len_delta_ci": stats.clustered_diff_ci([a for a, _, _ in lens], [b for _, b, _ in lens], [k for *_, k in lens],
+                                                seed=seed) if lens else None,
         "divergence_share": differs / len(ps) if ps else None,
         "similarity_mean": stats.mean(similarity(s["text"], r["text"]) for s, r in ps) if ps else None,
     }
@@ -93,8 +104,8 @@ def summarize(records: list[dict], arms: list[Arm], tasks: list[str], planned: d
         arm_pairs: list[tuple[dict, dict]] = []
         arm_records: list[dict] = []
         for task in tasks:
-            strict = {tag: r for (a, t, tag), r in last.items() if a == STRICT and t == task}
-            recs = [r for (a, t, _), r in last.items() if a == arm.label and t == task]
+            strict = {(tag, s): r for (a, t, tag, s), r in last.items() if a == STRICT and t == task}
+            recs = [r for (a, t, _, _), r in last.items() if a == arm.label and t == task]
             if not recs:
                 continue
             rows.append(task_row(task, arm, recs, strict, planned[task], seed))

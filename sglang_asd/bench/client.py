@@ -3,8 +3,11 @@
 Routes (``api``): ``generate`` (native ``/generate``, ASD fields in ``sampling_params.custom_params``,
 the form that also passes SGLang's gateway, smg, which drops unknown ``sampling_params`` keys),
 ``completions`` (``/v1/completions``) and ``chat`` (``/v1/chat/completions``), ASD fields top level
-as OpenAI clients send them through ``extra_body``. All requests are greedy (temperature 0).
-What is read back (names as in docs/CONTRACTS.md and SGLang 0.5.23):
+as OpenAI clients send them through ``extra_body``. A request is greedy (temperature 0) unless it
+says otherwise; a sampled one may carry a seed, sent as ``sampling_params.sampling_seed`` on
+/generate and as ``seed`` on the OpenAI routes (SGLang 0.5.23's ``protocol.py`` maps it to
+``sampling_seed``). ``top_p`` and the seed are sent only when set (1 and None send nothing), so a
+greedy request's body is the same as before they existed. What is read back (names as in docs/CONTRACTS.md and SGLang 0.5.23):
 
 - text, ``completion_tokens`` (``meta_info`` on /generate, ``usage`` on OpenAI routes);
 - SGLang's speculative stats ``spec_verify_ct`` (verify rounds), ``spec_accept_length``
@@ -24,6 +27,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import time
 from typing import Any, Iterator, Optional
 
@@ -43,12 +47,21 @@ class GenRequest:
     model: str = "default"             # OpenAI routes only
     tag: str = ""                      # caller's label (prompt id), copied into the result
     fields: Optional[dict] = None      # more ASD request fields (an arm's), e.g. {"asd_gate": 0.5}
+    temperature: float = 0.0           # 0 = greedy
+    top_p: float = 1.0
+    seed: Optional[int] = None         # SGLang's sampling_seed; None = send none
 
     def __post_init__(self) -> None:
         if self.api not in APIS:
             raise ValueError(f"api must be one of {APIS}, got {self.api!r}")
         if self.max_new_tokens < 1:
             raise ValueError(f"max_new_tokens must be >= 1, got {self.max_new_tokens}")
+        if not (math.isfinite(self.temperature) and self.temperature >= 0):
+            raise ValueError(f"temperature must be a finite number >= 0, got {self.temperature}")
+        if not 0 < self.top_p <= 1:
+            raise ValueError(f"top_p must be in (0, 1], got {self.top_p}")
+        if self.seed is not None and (isinstance(self.seed, bool) or not isinstance(self.seed, int)):
+            raise ValueError(f"seed must be an integer or None, got {self.seed!r}")
         for key in self.fields or {}:
             if not key.startswith("asd_"):
                 raise ValueError(f"fields may only hold asd_* request fields, got {key!r}")
@@ -69,6 +82,7 @@ class GenResult:
     api: str
     stream: bool
     budget: Optional[float]
+    seed: Optional[int] = None           # the request's sampling_seed (None: none sent)
     ok: bool = False
     error: Optional[str] = None
     status: Optional[int] = None
@@ -102,14 +116,22 @@ class GenResult:
 def build_payload(req: GenRequest) -> tuple[str, dict]:
     """(path, JSON body) of one request."""
     if req.api == "generate":
-        sampling: dict[str, Any] = {"temperature": 0.0, "max_new_tokens": req.max_new_tokens,
+        sampling: dict[str, Any] = {"temperature": req.temperature, "max_new_tokens": req.max_new_tokens,
                                     "ignore_eos": req.ignore_eos}
+        if req.top_p != 1.0:
+            sampling["top_p"] = req.top_p
+        if req.seed is not None:
+            sampling["sampling_seed"] = req.seed
         if req.asd_fields():
             sampling["custom_params"] = req.asd_fields()
         return PATHS["generate"], {"text": req.text, "sampling_params": sampling, "stream": req.stream}
-    body: dict[str, Any] = {"model": req.model, "max_tokens": req.max_new_tokens, "temperature": 0.0,
+    body: dict[str, Any] = {"model": req.model, "max_tokens": req.max_new_tokens, "temperature": req.temperature,
                             "ignore_eos": req.ignore_eos, "stream": req.stream,
                             "return_spec_tokens_details": True}
+    if req.top_p != 1.0:
+        body["top_p"] = req.top_p
+    if req.seed is not None:
+        body["seed"] = req.seed
     if req.stream:
         body["stream_options"] = {"include_usage": True}
     body.update(req.asd_fields())
@@ -239,7 +261,7 @@ def send(session, base_url: str, req: GenRequest, timeout: float = 600.0) -> Gen
     path, body = build_payload(req)
     budget = req.asd_fields().get("asd_budget")
     res = GenResult(tag=req.tag, api=req.api, stream=req.stream, budget=None if budget is None else float(budget),
-                    start_time=time.time())
+                    seed=req.seed, start_time=time.time())
     t0 = time.perf_counter()
     try:
         # No redirects: a benchmark talks to the host it was given and nowhere else.

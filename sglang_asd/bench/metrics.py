@@ -5,7 +5,8 @@ load-test summary. Inputs are ``GenResult`` objects or their ``to_dict()`` form.
   requests that report them (SGLang's per-request ``spec_accept_length``, pooled);
 - ``accept_length_mean``: the plain mean of the per-request ``spec_accept_length``;
 - ``verify_ct_mean``: verify rounds per request;
-- ``spent_mean``/``spent_total``, ``exceptions_mean``: from the ASD receipts;
+- ``spent_mean``/``spent_total``, ``exceptions_mean``: from the ASD receipts (a greedy rule's
+  ``exceptions``; the sampled rule's receipt counts its relaxed verify nodes, ``relaxed``, instead);
 - ``applied_share``: requests whose receipt says ``applied: true`` (None if no receipts came).
 """
 
@@ -45,7 +46,7 @@ def result_metrics(results: Iterable[Any]) -> dict:
         "verify_ct_mean": stats.mean(_get(r, "spec_verify_ct") for r in ok),
         "spent_mean": stats.mean(rec.get("spent") for rec in receipts),
         "spent_total": sum(rec.get("spent") or 0.0 for rec in receipts) if receipts else None,
-        "exceptions_mean": stats.mean(rec.get("exceptions") for rec in receipts),
+        "exceptions_mean": stats.mean(rec.get("exceptions", rec.get("relaxed")) for rec in receipts),
         "receipts": len(receipts),
         "applied_share": (sum(1 for rec in receipts if rec.get("applied")) / len(receipts)) if receipts else None,
         "not_applied_reasons": dict(reasons),

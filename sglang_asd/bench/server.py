@@ -25,7 +25,7 @@ DERIVED = "<derived>"  # --plain-launch given without ARGS: the --launch args mi
 # What a server says about itself that identifies a measurement (a resumed run must match it).
 IDENTITY_KEYS = ("model_path", "speculative_algorithm", "speculative_num_steps", "speculative_eagle_topk",
                  "speculative_num_draft_tokens", "speculative_draft_model_path", "dtype", "device", "version",
-                 "cpu_gemm")
+                 "cpu_gemm", "cpu_sampling")
 INFO_KEYS = IDENTITY_KEYS + ("attention_backend", "disable_radix_cache", "disable_cuda_graph", "tp_size",
                              "launch_command")
 
@@ -181,12 +181,15 @@ def server_info(url: str, attempts: int = 4, timeout: float = 60.0) -> dict:
 
 def with_launch_facts(info: dict, launched: bool) -> dict:
     """``info`` plus what a server started by this run shows only through the environment it
-    inherited: on CPU, the linear-layer mode (``cpu_gemm``, ``SGLANG_ASD_CPU_GEMM``,
-    cpu_backend/seams/cpu_paths.py), part of a measurement's identity."""
+    inherited, part of a measurement's identity: on CPU, the linear-layer mode (``cpu_gemm``,
+    ``SGLANG_ASD_CPU_GEMM``, cpu_backend/seams/cpu_paths.py) and, only when on (so the identity of
+    every earlier run stays what it was), SGLang's sampling verify (``cpu_sampling``,
+    ``SGLANG_ASD_CPU_SAMPLING``, cpu_backend/seams/sampling.py: without it a sampled request
+    verifies greedily)."""
     if launched and info.get("device") == "cpu":
-        from sglang_asd.cpu_backend.env import gemm_mode
+        from sglang_asd.cpu_backend.env import cpu_sampling, gemm_mode
 
-        info = {**info, "cpu_gemm": gemm_mode()}
+        info = {**info, "cpu_gemm": gemm_mode(), **({"cpu_sampling": "on"} if cpu_sampling() else {})}
     return info
 
 

@@ -3,10 +3,12 @@
 ``python -m sglang_asd.bench.speed (--url URL | --launch='SERVER ARGS') [--budgets 0,2,8,32]
     [--arms 'b8g05:asd_budget=8,asd_gate=0.5'] [--plain-url URL | --plain-launch[='ARGS']]
     --dataset gsm8k,mtbench --num-prompts 64 --max-new-tokens 256 --concurrency 8 --repeats 3
-    --out DIR [--resume]``
+    [--temperature 0.7 --top-p 0.95 --samples 2] --out DIR [--resume]``
 
-Every request is greedy with ``ignore_eos`` and the same ``max_new_tokens``, so every pass does
-the same work. An arm (see ``arms``) is a label and the ASD fields its requests send; ``strict``
+Every request runs with ``ignore_eos`` and the same ``max_new_tokens``, so every pass does the same
+work; greedy by default, or sampled (``--temperature``, ``--top-p``) with ``--samples`` seeded
+requests per prompt, the same seeds under every arm (``sampling``): the work is then every
+(prompt, seed), seed by seed, and a per-prompt ratio pairs each (prompt, seed) with strict's. An arm (see ``arms``) is a label and the ASD fields its requests send; ``strict``
 (budget 0) is the reference; ``plain`` is a second server without speculative decoding, on the
 same prompts. With ``--schedule rounds`` (the default) the prompts are cut into rounds of
 ``concurrency`` prompts and every arm runs each round, the order rotated by one arm per round, so an
@@ -30,6 +32,7 @@ own ``scripts/lab/speed.py`` does for other load on a shared host.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import sys
 import time
 from pathlib import Path
@@ -37,7 +40,7 @@ from typing import Callable, Optional
 
 import requests
 
-from sglang_asd.bench import datasets, host, report, speed_report, speed_summary
+from sglang_asd.bench import datasets, host, report, sampling, speed_report, speed_summary
 from sglang_asd.bench.arms import PLAIN, PLAIN_ARM, STRICT, Arm, resolve_arms
 from sglang_asd.bench.client import GenRequest, served_model
 from sglang_asd.bench.metrics import first_errors, result_metrics
@@ -50,7 +53,7 @@ from sglang_asd.bench.server import (Targets, add_plain_args, add_server_args, i
 LOG_NAME = "speed_passes.jsonl"
 LOG_KIND = "asd-speed-log"
 DEFAULT_BUDGETS = "0,2,8,32"
-REQUEST_KEYS = ("tag", "ok", "completion_tokens", "latency_s", "spec_verify_ct", "error")
+REQUEST_KEYS = ("tag", "seed", "ok", "completion_tokens", "latency_s", "spec_verify_ct", "error")
 
 
 def pass_record(arm: Arm, repeat: int, index: int, p: PassResult, expected_tokens: int,
@@ -84,20 +87,22 @@ def measured_arms(args: argparse.Namespace) -> list[Arm]:
 
 def fingerprint(args: argparse.Namespace, arms: list[Arm], prompts: list[datasets.Prompt]) -> dict:
     """What a resumed run must share with the stored one (repeats may grow). Trios leave the
-    schedule out: the logs made before rounds existed hold none, and stay resumable."""
+    schedule out, and greedy runs the sampling settings (``Sampling.fingerprint``): the logs made
+    before either existed hold none, and stay resumable."""
     fp = {"arms": [a.to_dict() for a in arms], "prompts": [p.id for p in prompts],
           "max_new_tokens": args.max_new_tokens, "concurrency": args.concurrency, "api": args.api,
           "stream": args.stream, "launch": args.launch, "plain_launch": plain_launch(args)}
     if args.schedule != speed_summary.TRIOS:
         fp["schedule"] = args.schedule
+    fp.update(args.sampling.fingerprint())
     return fp
 
 
 def rounds_of(fp: dict) -> Optional[int]:
-    """Rounds per repeat of a run's fingerprint (``ceil(prompts / concurrency)``), None for trios."""
+    """Rounds per repeat of a run's fingerprint (``ceil(prompts x samples / concurrency)``), None for trios."""
     if fp.get("schedule", speed_summary.TRIOS) == speed_summary.TRIOS:
         return None
-    return -(-len(fp["prompts"]) // fp["concurrency"])
+    return -(-len(fp["prompts"]) * sampling.Sampling.of_fingerprint(fp).samples // fp["concurrency"])
 
 
 def run(args: argparse.Namespace, arms: list[Arm],
@@ -107,6 +112,9 @@ def run(args: argparse.Namespace, arms: list[Arm],
     rewritten after each pass. Returns the final report."""
     prompts = datasets.mixed_prompts(datasets.parse_tasks(args.dataset), args.num_prompts)
     fp = fingerprint(args, arms, prompts)
+    how = args.sampling
+    # the work of a repeat: every (prompt, seed), seed by seed (a round holds distinct prompts)
+    work_units = [(p, seed) for seed in how.seeds for p in prompts]
     log_path = args.out / LOG_NAME
     RunLog.precheck(log_path, LOG_KIND, fp, args.resume)
     with target_servers(args) as targets:
@@ -117,7 +125,9 @@ def run(args: argparse.Namespace, arms: list[Arm],
         fp.update(server=identity(info["server"]), plain_server=identity(info["plain_server"]))
         model = served_model(requests.Session(), url)
         preflight([(a.label, urls[a.server], GenRequest(text=prompts[0].text, max_new_tokens=1, fields=dict(a.fields),
-                                                        api=args.api, model=model, tag="preflight")) for a in arms],
+                                                        api=args.api, model=model, tag="preflight",
+                                                        temperature=how.temperature, top_p=how.top_p,
+                                                        seed=how.seeds[0])) for a in arms],
                   args.timeout)
         log = RunLog.open(log_path, LOG_KIND, fp, args.resume)
         machine = host.machine()
@@ -126,16 +136,18 @@ def run(args: argparse.Namespace, arms: list[Arm],
         meta = {"urls": urls, **info, "model": model}
         by_label = {a.label: a for a in arms}
 
-        def reqs(arm: Arm, max_new: int, group: Optional[int] = None) -> list[GenRequest]:
-            """The arm's requests over every prompt, or over round ``group``'s."""
-            some = prompts if group is None else prompts[group * args.concurrency:(group + 1) * args.concurrency]
+        def reqs(arm: Arm, max_new: int, group: Optional[int] = None, units=work_units) -> list[GenRequest]:
+            """The arm's requests over every (prompt, seed), or over round ``group``'s."""
+            some = units if group is None else units[group * args.concurrency:(group + 1) * args.concurrency]
             return [GenRequest(text=p.text, max_new_tokens=max_new, fields=dict(arm.fields), ignore_eos=True,
-                               stream=args.stream, api=args.api, model=meta["model"], tag=p.id) for p in some]
+                               stream=args.stream, api=args.api, model=meta["model"], tag=p.id,
+                               temperature=how.temperature, top_p=how.top_p, seed=seed) for p, seed in some]
 
-        if args.warmup:
+        if args.warmup:  # every prompt once (its prefix in the cache), first seed
             for server in {a.server for a in arms}:
-                run_pass(urls[server], reqs(by_label[PLAIN if server == "plain" else STRICT], 4), args.concurrency,
-                         args.timeout, desc=f"warm-up ({server})")
+                run_pass(urls[server], reqs(by_label[PLAIN if server == "plain" else STRICT], 4,
+                                            units=[(p, how.seeds[0]) for p in prompts]),
+                         args.concurrency, args.timeout, desc=f"warm-up ({server})")
         # NGRAM drafts come from a corpus of every request the server has seen, so a pass would draft
         # from the same prompts' earlier outputs, its accept length growing pass after pass
         # (docs/BENCHMARKS.md#host-effects-behind-the-method). Every pass on such a server starts
@@ -227,7 +239,8 @@ def build_result(header: dict, records: list[dict], repeats: int, meta: Optional
     meta = {**logged_servers(records), **(meta or {})}
     return {
         "kind": "asd-speed", "version": 2, "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-        "config": {**{k: v for k, v in fp.items() if k not in ("prompts",)}, "num_prompts": len(fp["prompts"]),
+        "config": {**{k: v for k, v in fp.items() if k not in ("prompts", "sampling")}, "num_prompts": len(fp["prompts"]),
+                   "sampling": dataclasses.asdict(sampling.Sampling.of_fingerprint(fp)),
                    "schedule": fp.get("schedule", speed_summary.TRIOS), "rounds": rounds,
                    "repeats": repeats, "log_created": header["created"]},
         "complete": {"passes": len({(p["repeat"], p["index"]) for p in passes if not p["errors"]}),
@@ -280,6 +293,7 @@ def build_parser(prog: str = "python -m sglang_asd.bench.speed") -> argparse.Arg
                         "the same prompts; trios: strict, A1, strict, A2, ..., strict over all prompts (default "
                         "%(default)s; a log made before schedules existed is a trios log)")
     p.add_argument("--api", choices=("generate", "completions", "chat"), default="generate")
+    sampling.add_args(p)
     p.add_argument("--stream", action="store_true", help="stream responses (measures the streaming path)")
     p.add_argument("--no-warmup", dest="warmup", action="store_false")
     p.add_argument("--timeout", type=float, default=600.0, help="per-request timeout, seconds")
@@ -287,8 +301,15 @@ def build_parser(prog: str = "python -m sglang_asd.bench.speed") -> argparse.Arg
     return p
 
 
+def parse_args(p: argparse.ArgumentParser, argv: Optional[list[str]] = None) -> argparse.Namespace:
+    """``p``'s flags, with ``args.sampling`` (``sampling.from_args``: a bad combination is a usage error)."""
+    args = p.parse_args(argv)
+    args.sampling = sampling.from_args(p, args)
+    return args
+
+
 def main(argv: Optional[list[str]] = None) -> int:
-    return run_cli(build_parser().parse_args(argv))
+    return run_cli(parse_args(build_parser(), argv))
 
 
 def run_cli(args: argparse.Namespace, monitor: Optional[Callable[[Targets], PassMonitor]] = None) -> int:

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Optional
 
 from sglang_asd.bench import report
+from sglang_asd.bench.sampling import Sampling
 
 COLUMNS = (
     ("arm", "arm"), ("fields", "request fields"), ("repeats_n", "repeats"),
@@ -60,12 +61,15 @@ def write(result: dict, out: Path) -> None:
     rounds = cfg.get("rounds")
     shape = ("strict-candidate-strict" if rounds is None else
              f"{rounds} rounds of {cfg['concurrency']} prompt(s), every arm once per round")
+    how = Sampling(**cfg["sampling"]) if cfg.get("sampling") else Sampling()
     md = [f"# ASD speed at fixed work ({result['created']})", "",
           f"{status}: {done['passes']} of {done['planned']} passes. {cfg['num_prompts']} prompts, ignore_eos, "
           f"max_new_tokens {cfg['max_new_tokens']}, concurrency {cfg['concurrency']}, route {cfg['api']}"
-          f"{' (stream)' if cfg['stream'] else ''}, {cfg['repeats']} repeat(s) of {shape}.", "",
+          f"{' (stream)' if cfg['stream'] else ''}, {cfg['repeats']} repeat(s) of {shape}; requests "
+          f"{how.describe('prompt')}.", "",
           report.markdown_table(result["arms"], columns(rounds)),
-          "Intervals: 95% percentile bootstrap (median over repeats; geometric mean over prompts).", ""]
+          "Intervals: 95% percentile bootstrap (median over repeats; geometric mean over prompts"
+          + ("" if how.samples == 1 else ", each prompt's ratio over its seeds, resampled with all of them") + ").", ""]
     if note := few_repeats_note(result["arms"]):
         md += [note, ""]
     if cfg["concurrency"] > 1:

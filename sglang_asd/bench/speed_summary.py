@@ -24,7 +24,11 @@ From the paired units either way:
 - per-prompt ratio = the same quotient for one prompt's request (its tokens / its latency),
   geometric mean over repeats; ``prompt_speedup`` is the geometric mean over prompts and
   ``prompt_speedup_ci`` its bootstrap interval over prompts: the interval to read when repeats
-  are few (with rounds, every paired round counts, a repeat still in progress too);
+  are few (with rounds, every paired round counts, a repeat still in progress too). A sampled run
+  (``sampling``) pairs each (prompt, seed) request with strict's of the same prompt and seed, and a
+  prompt's ratio is the geometric mean over its seeds and units: the interval still resamples
+  prompts, since two samples of one prompt are not independent. Requests logged without a seed
+  (greedy, older logs) are seed 0;
 - CPU ratio = the same quotient in tokens per CPU-second of the serving processes (launched
   servers only: ``cpu_s_per_token`` of each pass). Other work on a shared machine stretches wall
   time far more than it changes the CPU time a server needs per token, so this ratio is the
@@ -51,6 +55,7 @@ from typing import Optional
 
 from sglang_asd.bench import stats
 from sglang_asd.bench.arms import PLAIN, STRICT, Arm, describe
+from sglang_asd.bench.sampling import seed_of
 
 DRIFT_WARN = 0.05
 ROUNDS, TRIOS = "rounds", "trios"
@@ -77,12 +82,12 @@ def round_of(index: int, arms_n: int) -> int:
     return index // arms_n
 
 
-def request_rates(p: dict) -> dict[str, float]:
-    """Per prompt tag: that request's output tokens / its latency (successful requests)."""
+def request_rates(p: dict) -> dict[tuple[str, int], float]:
+    """Per (prompt tag, seed): that request's output tokens / its latency (successful requests)."""
     out = {}
     for r in p.get("requests", []):
         if r.get("ok") and r.get("completion_tokens") and r.get("latency_s"):
-            out[r["tag"]] = r["completion_tokens"] / r["latency_s"]
+            out[(r["tag"], seed_of(r))] = r["completion_tokens"] / r["latency_s"]
     return out
 
 
@@ -199,14 +204,14 @@ def pairings(passes: list[dict], label: str, rounds: Optional[int] = None) -> tu
 
 
 def prompt_ratios(units: list[Unit]) -> dict[str, float]:
-    """Per prompt: geometric mean over its units of its request's tok/s over the mean of its
-    requests' tok/s in the unit's strict passes."""
+    """Per prompt: geometric mean over its units and seeds of its (prompt, seed) request's tok/s over
+    the mean of the same (prompt, seed) request's tok/s in the unit's strict passes."""
     per_prompt: dict[str, list[float]] = {}
     for bases, cand in units:
         base_rates = [request_rates(b) for b in bases]
-        for tag, rate in request_rates(cand).items():
-            if all(tag in b for b in base_rates):
-                per_prompt.setdefault(tag, []).append(rate / stats.mean(b[tag] for b in base_rates))
+        for key, rate in request_rates(cand).items():
+            if all(key in b for b in base_rates):
+                per_prompt.setdefault(key[0], []).append(rate / stats.mean(b[key] for b in base_rates))
     return {tag: stats.geometric_mean(rs) for tag, rs in per_prompt.items()}
 
 

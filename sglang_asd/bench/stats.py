@@ -6,7 +6,8 @@
 - the speed benchmark's arithmetic: ``ratio``, ``drift``;
 - intervals and tests: ``bootstrap_ci`` (percentile bootstrap of a mean, median or geometric
   mean, e.g. a speed ratio over repeats or prompts), ``paired_diff_ci`` (paired bootstrap of a
-  mean difference, e.g. accuracy or length of the same items under two arms), ``discordant`` and
+  mean difference, e.g. accuracy or length of the same items under two arms), ``clustered_diff_ci``
+  (the same with pairs in clusters, resampled whole: an item's seeded samples), ``discordant`` and
   ``mcnemar_exact`` (exact two-sided McNemar test on the discordant pairs).
 
 Empty inputs give ``None`` rather than a number, so a report never shows a made-up value.
@@ -138,6 +139,34 @@ def paired_diff_ci(reference: Sequence[float], candidate: Sequence[float], level
         raise ValueError(f"paired samples must have the same length, got {len(reference)} and {len(candidate)}")
     diffs = [float(c) - float(r) for r, c in zip(reference, candidate)]
     return bootstrap_ci(diffs, "mean", level=level, n_boot=n_boot, seed=seed)
+
+
+def clustered_diff_ci(reference: Sequence[float], candidate: Sequence[float], clusters: Sequence,
+                      level: float = LEVEL, n_boot: int = N_BOOT, seed: int = 0) -> Optional[tuple[float, float]]:
+    """Paired-bootstrap interval of ``mean(candidate - reference)`` when pairs come in clusters
+    (``clusters[i]`` names pair i's: the seeded samples of one item are not independent): each
+    resample draws clusters with replacement, every pair of a drawn cluster with it, and takes the
+    mean over the pairs drawn. When every cluster holds one pair it is ``paired_diff_ci``, the same
+    interval from the same draws."""
+    if not len(reference) == len(candidate) == len(clusters):
+        raise ValueError(f"paired samples and clusters must have the same length, got {len(reference)}, "
+                         f"{len(candidate)} and {len(clusters)}")
+    if len(set(clusters)) == len(clusters):
+        return paired_diff_ci(reference, candidate, level=level, n_boot=n_boot, seed=seed)
+    _check_level(level, n_boot)
+    groups: dict = {}
+    for r, c, k in zip(reference, candidate, clusters):
+        groups.setdefault(k, []).append(float(c) - float(r))
+    diffs = [d for ds in groups.values() for d in ds]
+    if min(diffs) == max(diffs):
+        return (diffs[0], diffs[0])
+    sums = [(sum(ds), len(ds)) for ds in groups.values()]
+    rng = random.Random(seed)
+    draws = []
+    for _ in range(n_boot):
+        picked = rng.choices(sums, k=len(sums))
+        draws.append(sum(t for t, _ in picked) / sum(n for _, n in picked))
+    return _percentile_pair(draws, level)
 
 
 def mean_diff(reference: Sequence[float], candidate: Sequence[float]) -> Optional[float]:

@@ -76,6 +76,7 @@ def receipt(budget: float, n_tokens: int) -> dict:
 class Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
     plain = False  # True: no speculative decoding (see FakeServer)
+    bodies: list = []  # every POST body received, in order (tests read what a tool sent)
 
     def log_message(self, *args):  # quiet
         pass
@@ -100,6 +101,7 @@ class Handler(BaseHTTPRequestHandler):
 
     def do_POST(self):
         body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))) or b"{}")
+        Handler.bodies.append(body)
         if self.path == "/generate":
             sp = body.get("sampling_params") or {}
             prompt, max_new, stream = body.get("text", ""), sp.get("max_new_tokens", 128), body.get("stream", False)

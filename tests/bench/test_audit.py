@@ -128,9 +128,11 @@ def test_resume_may_add_an_arm(fake_server_url, tmp_path):
     assert len(_items(tmp_path / "audit_items.jsonl")) == 9       # strict and b8 were not re-run
 
 
-def test_retried_item_replaces_its_failed_try():
-    ok = {"arm": "b8", "task": "gsm8k", "tag": "x", "ok": True}
-    assert audit_summary.latest([dict(ok, ok=False), ok]) == {("b8", "gsm8k", "x"): ok}
+def test_retried_item_replaces_its_failed_try_and_seeds_are_items_of_their_own():
+    ok = {"arm": "b8", "task": "gsm8k", "tag": "x", "ok": True}  # logged before seeds (greedy): seed 0
+    seeded = [dict(ok, seed=0, ok=False), dict(ok, seed=1), dict(ok, seed=0)]
+    assert audit_summary.latest([dict(ok, ok=False), ok]) == {("b8", "gsm8k", "x", 0): ok}
+    assert audit_summary.latest(seeded) == {("b8", "gsm8k", "x", 0): seeded[2], ("b8", "gsm8k", "x", 1): seeded[1]}
 
 
 def test_audit_warns_when_asd_is_not_applied():
@@ -180,10 +182,16 @@ def test_an_arm_that_loses_requests_stops_the_audit_and_resume_redoes_them(fake_
 def test_plan_is_task_then_item_major_with_every_arm_of_an_item_together():
     strict, b8 = Arm("strict", {"asd_budget": 0.0}), Arm("b8", {"asd_budget": 8.0})
     items = [SimpleNamespace(id=f"q{i}") for i in range(3)]
-    done = {("strict", "gsm8k", "q0"), ("b8", "gsm8k", "q1"), ("strict", "mbpp", "q2"), ("b8", "mbpp", "q0")}
-    todo = [(t, a.label, p.id) for t, a, p in audit.plan([strict, b8], {"gsm8k": items, "mbpp": items[::-1]}, done)]
-    assert todo == [("gsm8k", "b8", "q0"), ("gsm8k", "strict", "q1"), ("gsm8k", "strict", "q2"), ("gsm8k", "b8", "q2"),
-                    ("mbpp", "b8", "q2"), ("mbpp", "strict", "q1"), ("mbpp", "b8", "q1"), ("mbpp", "strict", "q0")]
+    done = {("strict", "gsm8k", "q0", 0), ("b8", "gsm8k", "q1", 0), ("strict", "mbpp", "q2", 0), ("b8", "mbpp", "q0", 0)}
+    todo = [(t, a.label, p.id, s) for t, a, p, s in audit.plan([strict, b8], {"gsm8k": items, "mbpp": items[::-1]},
+                                                                done)]
+    assert todo == [("gsm8k", "b8", "q0", None), ("gsm8k", "strict", "q1", None), ("gsm8k", "strict", "q2", None),
+                    ("gsm8k", "b8", "q2", None), ("mbpp", "b8", "q2", None), ("mbpp", "strict", "q1", None),
+                    ("mbpp", "b8", "q1", None), ("mbpp", "strict", "q0", None)]
+    # sampled: every (item, seed) with its arms together, seed by seed within an item
+    todo = [(p.id, s, a.label) for _, a, p, s in audit.plan([strict, b8], {"gsm8k": items[:2]}, done, seeds=[0, 1])]
+    assert todo == [("q0", 0, "b8"), ("q0", 1, "strict"), ("q0", 1, "b8"), ("q1", 0, "strict"), ("q1", 1, "strict"),
+                    ("q1", 1, "b8")]
 
 
 def test_every_task_runs_in_one_pass_and_each_finished_task_is_reported(fake_server_url, tmp_path, monkeypatch):

@@ -7,7 +7,7 @@ MODULES = ["sglang_asd.bench.speed", "sglang_asd.bench.audit", "sglang_asd.bench
            "sglang_asd.bench.scoring", "sglang_asd.bench.arms", "sglang_asd.bench.runlog",
            "sglang_asd.bench.speed_summary", "sglang_asd.bench.speed_report", "sglang_asd.bench.monitor",
            "sglang_asd.bench.host", "sglang_asd.bench.server", "sglang_asd.bench.audit_summary",
-           "sglang_asd.bench.audit_report", "sglang_asd.testing.server"]
+           "sglang_asd.bench.audit_report", "sglang_asd.bench.sampling", "sglang_asd.testing.server"]
 
 
 def test_bench_imports_without_sglang_or_torch():
