@@ -16,10 +16,13 @@ CONFIGS = pathlib.Path(__file__).resolve().parents[2] / "server_configs"
 def test_demo_when_no_model_and_asd_flags_split():
     settings, argv = ls.build_argv(["--asd-default-budget", "2", "--port", "1234"])
     assert settings.default_budget == 2.0
-    assert "--speculative-algorithm" in argv and "STANDALONE" in argv
+    assert argv[argv.index("--speculative-algorithm") + 1] == "NGRAM"  # no draft forward to pay for
     assert not any(a.startswith("fixture:") for a in argv)  # resolved to cache directories
     assert "--asd-default-budget" not in argv
-    assert settings.standalone_draft_fix  # the demo's plain-LM draft needs it
+    assert not settings.standalone_draft_fix  # STANDALONE only
+    _, argv = ls.build_argv(["--speculative-algorithm", "STANDALONE", "--port", "1234"])
+    last = max(i for i, a in enumerate(argv) if a == "--speculative-algorithm")
+    assert argv[last + 1] == "STANDALONE"  # the user's own flags come later, and argparse keeps the last
 
 
 def test_standalone_fix_is_off_unless_asked():
