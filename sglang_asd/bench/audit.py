@@ -172,7 +172,9 @@ def build_result(header: dict, records: list[dict], arms: list[Arm], tasks: list
     planned_total = len(arms) * sum(planned.values())
     return {
         "kind": "asd-audit", "version": 2, "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-        "title": "ASD speed / quality frontier",
+        "title": "ASD speed / quality frontier" + ("" if how.greedy else
+                                                   f" (sampled: T {how.temperature:g}, top-p {how.top_p:g}, "
+                                                   f"{how.samples} seed(s) per item)"),
         "config": {**fp, "sampling": dataclasses.asdict(how), "arms": [a.to_dict() for a in arms], "tasks": tasks,
                    "limit": limit,
                    "concurrency": logged_concurrency(records), "log_created": header["created"],

@@ -219,6 +219,7 @@ def test_a_sampled_audit_pairs_items_by_seed_and_resumes_by_seed(fake_server_url
     md = (tmp_path / "audit.md").read_text()
     assert "sampled at temperature 0.7, top-p 1, 2 seeded sample(s) per item" in md
     assert "paired with strict on the same (item, seed), 2 seeds per item" in md
+    assert result["title"] == "ASD speed / quality frontier (sampled: T 0.7, top-p 1, 2 seed(s) per item)"
     Handler.bodies.clear()
     assert audit.main(args + ["--resume"]) == 0  # nothing left to do: every (item, seed) is logged
     assert [b for b in Handler.bodies if b.get("max_tokens") != 1] == []
