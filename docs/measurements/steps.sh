@@ -12,6 +12,10 @@
 # environment the chain ends (exit 0) once step NAME is done, so a session can queue another chain
 # behind a prefix of this one.
 #
+# wait_for_memory GB: return once GB of memory is available (a Qwen server holds about 7 GB).
+# wait_for_chains PATTERN: return once no process's command line matches PATTERN (pgrep -f): one
+# measurement chain at a time on a machine; skipped with SMOKE=1.
+#
 # chain_seed RESULTS: OUT starts from the run logs committed under RESULTS, so a chain continues
 # where an earlier session stopped even in a fresh checkout (out/ is never committed). Every folder
 # under RESULTS that holds a run log (*.jsonl) is copied into OUT unless OUT already has it, and
@@ -63,4 +67,20 @@ chain_seed() {
     while read -r s; do
         [ -z "$s" ] || [ -e "$OUT/$s.done" ] || { touch "$OUT/$s.done"; log "seeded $s.done"; }
     done <"$results/steps_done"
+}
+
+wait_for_memory() {
+    local need_kb=$(( $1 * 1024 * 1024 ))
+    while [ "$(awk '/MemAvailable/ {print $2}' /proc/meminfo)" -lt "$need_kb" ]; do
+        log "waiting for $1 GB of available memory ($(awk '/MemAvailable/ {printf "%.1f", $2/1048576}' /proc/meminfo) GB now)"
+        sleep 300
+    done
+}
+
+wait_for_chains() {
+    [ "${SMOKE:-0}" = 1 ] && return 0
+    while pgrep -f "$1" >/dev/null; do
+        log "waiting for the measurement chain(s) matching '$1' to finish"
+        sleep 600
+    done
 }

@@ -76,24 +76,23 @@ def seed_of(record: Mapping[str, Any]) -> int:
     return record.get("seed") or 0
 
 
-def _temperature(text: str) -> float:
+def _number(text: str, ok, expected: str) -> float:
+    """``text`` as a float that passes ``ok``, else argparse's error naming ``expected`` and the value."""
     try:
         value = float(text)
     except ValueError:
         value = math.nan
-    if not (math.isfinite(value) and value >= 0):
-        raise argparse.ArgumentTypeError(f"must be a finite number >= 0, got {text!r}")
+    if not ok(value):
+        raise argparse.ArgumentTypeError(f"must be {expected}, got {text!r}")
     return value
+
+
+def _temperature(text: str) -> float:
+    return _number(text, lambda v: math.isfinite(v) and v >= 0, "a finite number >= 0")
 
 
 def _top_p(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        value = math.nan
-    if not 0 < value <= 1:
-        raise argparse.ArgumentTypeError(f"must be in (0, 1], got {text!r}")
-    return value
+    return _number(text, lambda v: 0 < v <= 1, "in (0, 1]")
 
 
 def _samples(text: str) -> int:

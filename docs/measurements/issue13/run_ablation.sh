@@ -61,24 +61,6 @@ fi
 LONG="--timeout 3600 --launch-timeout 1800 --resume"
 
 
-# A Qwen server holds ~7 GB: start one only when that much memory is free beside everything else.
-wait_for_memory() {
-    local need_kb=$(( $1 * 1024 * 1024 ))
-    while [ "$(awk '/MemAvailable/ {print $2}' /proc/meminfo)" -lt "$need_kb" ]; do
-        log "waiting for $1 GB of available memory ($(awk '/MemAvailable/ {printf "%.1f", $2/1048576}' /proc/meminfo) GB now)"
-        sleep 300
-    done
-}
-
-# One measurement chain at a time on this machine: wait for the speed chains of issues 35 and 33.
-wait_for_chains() {
-    [ "${SMOKE:-0}" = 1 ] && return 0
-    while pgrep -f "issue35/run.sh|issue33/run.sh" >/dev/null; do
-        log "waiting for the issue 35 / 33 measurement chains to finish"
-        sleep 600
-    done
-}
-
 log "run_ablation.sh at $(git -C "$REPO" rev-parse --short HEAD) -> $OUT (SMOKE=${SMOKE:-0}, RULES=$RULES)"
 [ "${SMOKE:-0}" = 1 ] || chain_seed "$REPO/docs/measurements/issue36/results"
 audit() {  # audit NAME ARGS...: GSM8K at natural stop on the chat route, one server for every arm
@@ -87,7 +69,7 @@ audit() {  # audit NAME ARGS...: GSM8K at natural stop on the chat route, one se
         --concurrency 24 "$@" $LONG --out "$OUT/audit"
 }
 
-wait_for_chains
+wait_for_chains 'issue35/run.sh|issue33/run.sh'
 wait_for_memory $MIN_GB
 audit pilot --rules "$PILOT_RULES" --limit $PILOT_LIMIT
 audit "audit_l$LIMIT" --rules "$RULES" --limit $LIMIT --noise-floor

@@ -63,24 +63,6 @@ else
     WORK="--num-prompts 16 --max-new-tokens 128"; LIMITS="20 50 100"; REPEATS=3; CAP=384; MIN_GB=9
 fi
 
-# A Qwen server holds ~7 GB: start one only when that much memory is free beside everything else.
-wait_for_memory() {
-    local need_kb=$(( $1 * 1024 * 1024 ))
-    while [ "$(awk '/MemAvailable/ {print $2}' /proc/meminfo)" -lt "$need_kb" ]; do
-        log "waiting for $1 GB of available memory ($(awk '/MemAvailable/ {printf "%.1f", $2/1048576}' /proc/meminfo) GB now)"
-        sleep 300
-    done
-}
-
-# One measurement chain at a time on this machine: wait for issue 35's.
-wait_for_chains() {
-    [ "${SMOKE:-0}" = 1 ] && return 0
-    while pgrep -f "issue35/run.sh" >/dev/null; do
-        log "waiting for the issue 35 measurement chain to finish"
-        sleep 600
-    done
-}
-
 check() {  # the receipts so far; a violation stops the chain (the evidence would not be what it says)
     "$PY" docs/measurements/issue33/check_receipts.py "$@" >>"$OUT/check.log" 2>&1 \
         || { log "RECEIPT CHECK FAILED ($OUT/check.log)"; exit 1; }
@@ -89,7 +71,7 @@ check() {  # the receipts so far; a violation stops the chain (the evidence woul
 
 log "run.sh at $(git -C "$REPO" rev-parse --short HEAD) -> $OUT (SMOKE=${SMOKE:-0})"
 [ "${SMOKE:-0}" = 1 ] || chain_seed "$REPO/docs/measurements/issue33/results"
-wait_for_chains
+wait_for_chains 'issue35/run.sh'
 
 # 1. Speed, one repeat at a time (a stop keeps complete repeats).
 wait_for_memory $MIN_GB
