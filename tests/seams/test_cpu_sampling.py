@@ -51,26 +51,19 @@ def test_a_bad_switch_value_names_the_variable_the_value_and_the_choices(monkeyp
         env.check_cpu_switches()  # what the launchers call before any process starts
 
 
-def test_off_patches_nothing(restored):
+@pytest.mark.parametrize("stand_in, switch", [(True, "off"), (False, "on")], ids=["switch-off", "gpu-install"])
+def test_nothing_is_patched_unless_the_stand_in_serves_with_the_switch_on(restored, stand_in, switch):
+    """Off: stock CPU SGLang. On a GPU install (no stand-in) SGLang's own kernels serve: the switch does nothing."""
     from sglang.srt.speculative import eagle_utils
 
-    restored.setattr(cpu_backend, "is_installed", lambda: True)
-    restored.setenv(env.CPU_SAMPLING_ENV, "off")
+    restored.setattr(cpu_backend, "is_installed", lambda: stand_in)
+    restored.setenv(env.CPU_SAMPLING_ENV, switch)
     before = _bindings()
     assert sglang_seams.install_cpu_sampling() is False
     assert _bindings() == before
     assert eagle_utils._verify_uses_greedy.__module__ == eagle_utils.__name__  # SGLang's own
     assert eagle_utils._verify_uses_greedy(is_all_greedy=False, is_cpu=True, is_hip=False, is_xpu=False,
                                            use_rejection_sampling=False) is True  # sampled rows verify greedily
-
-
-def test_on_without_the_stand_in_patches_nothing(restored):
-    """A GPU install has SGLang's own kernels: the switch does nothing there."""
-    restored.setattr(cpu_backend, "is_installed", lambda: False)
-    restored.setenv(env.CPU_SAMPLING_ENV, "on")
-    before = _bindings()
-    assert sglang_seams.install_cpu_sampling() is False
-    assert _bindings() == before
 
 
 def test_on_sets_every_binding_and_serves_the_sampling_branch(restored):
