@@ -1,0 +1,76 @@
+"""docs/measurements/issue35/targets.py and depth.py on speed runs made by the real tool against the
+fake servers (plumbing and arithmetic; the fake's timings mean nothing): every arm against plain
+decoding per prompt, and the depth table across runs, checked against the logged passes."""
+
+import json
+import math
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from fake_server import FakeServer
+
+from sglang_asd.bench import speed
+
+SCRIPTS = Path(__file__).resolve().parents[2] / "docs" / "measurements" / "issue35"
+WORK = ["--budgets", "0", "--arms", "b8:asd_budget=8", "--num-prompts", "3", "--max-new-tokens", "12",
+        "--concurrency", "1", "--schedule", "rounds"]
+
+
+def _run(script: str, *args) -> str:
+    r = subprocess.run([sys.executable, str(SCRIPTS / script), *map(str, args)], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    return r.stdout
+
+
+def _per_prompt(run: Path) -> dict:
+    """(arm, prompt) -> the request's tok/s from the run log (one repeat, concurrency 1)."""
+    log = [json.loads(line) for line in (run / "speed_passes.jsonl").read_text().splitlines()]
+    return {(p["arm"], r["tag"]): r["completion_tokens"] / r["latency_s"]
+            for p in log if p.get("kind") == "pass" for r in p["requests"]}
+
+
+def _gmean(xs):
+    return math.exp(sum(map(math.log, xs)) / len(xs))
+
+
+def test_targets_put_every_arm_against_plain_per_prompt(fake_server_url, tmp_path):
+    with FakeServer(plain=True) as plain_url:
+        assert speed.main(["--url", fake_server_url, "--plain-url", plain_url, *WORK, "--repeats", "1",
+                           "--out", str(tmp_path / "run")]) == 0
+    rows = {line.split("|")[1].strip(): line.split("|") for line in _run("targets.py", tmp_path / "run").splitlines()
+            if line.startswith("| ") and not line.startswith(("| arm", "| ---"))}
+    assert list(rows) == ["plain", "strict", "b8"]
+    tok = _per_prompt(tmp_path / "run")
+    prompts = {p for _, p in tok}
+    for arm in ("strict", "b8"):
+        want = _gmean([tok[(arm, p)] / tok[("plain", p)] for p in prompts])
+        assert rows[arm][4].strip().startswith(f"{want:.3f} [")
+    assert rows["plain"][4].strip() == "1.000" and rows["strict"][5].strip() == "reference"
+
+
+def test_depth_table_compares_every_depth_with_strict_at_k4(fake_server_url, tmp_path):
+    for name in ("qwen_k4", "qwen_k8"):
+        assert speed.main(["--url", fake_server_url, *WORK, "--repeats", "1", "--out", str(tmp_path / name)]) == 0
+    out = _run("depth.py", tmp_path)
+    rows = [line.split("|") for line in out.splitlines() if line.startswith("| chain")]
+    assert [(r[1].strip(), r[2].strip()) for r in rows] == [
+        ("chain K=4", "strict"), ("chain K=4", "b8"), ("chain K=8", "strict"), ("chain K=8", "b8")]
+    k4, k8 = _per_prompt(tmp_path / "qwen_k4"), _per_prompt(tmp_path / "qwen_k8")
+    prompts = {p for _, p in k4}
+    want = _gmean([k8[("b8", p)] / k4[("strict", p)] for p in prompts])
+    assert rows[3][9].strip().startswith(f"{want:.3f} [")
+    assert rows[0][9].strip() == "1.000 [1.000, 1.000]" and rows[0][8].strip() == "reference"
+    assert "- best for strict: chain K=" in out and "- ASD's best against strict's best, per prompt: " in out
+
+
+def test_depth_table_needs_the_reference_depth(tmp_path):
+    r = subprocess.run([sys.executable, str(SCRIPTS / "depth.py"), str(tmp_path)], capture_output=True, text=True)
+    assert r.returncode != 0 and "qwen_k4: no speed run" in r.stderr
+
+
+@pytest.fixture(autouse=True)
+def _scripts_import_the_package(monkeypatch):
+    """The scripts run as files: the package must import from this checkout."""
+    monkeypatch.setenv("PYTHONPATH", str(Path(__file__).resolve().parents[2]))
