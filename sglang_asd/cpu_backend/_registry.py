@@ -8,7 +8,7 @@ import types
 
 import torch
 
-from . import attention_ops, kv_cache_ops, runtime_ops, spec_tree_ops
+from . import attention_core, attention_ops, env, kv_cache_ops, runtime_ops, spec_tree_ops
 
 # All ops, by family: name -> (schema without the name, plain-torch implementation).
 ALL_OPS = {**kv_cache_ops.OPS, **spec_tree_ops.OPS, **attention_ops.OPS, **runtime_ops.OPS}
@@ -38,10 +38,12 @@ def _takes_tensors(schema: str) -> bool:
 
 
 def register_ops() -> None:
-    """Define every op in ``ALL_OPS`` as ``sgl_kernel::<name>`` with its torch implementation."""
+    """Define every op in ``ALL_OPS`` as ``sgl_kernel::<name>`` with its torch implementation, the
+    attention kernel chosen by ``SGLANG_ASD_CPU_ATTENTION``."""
     global _LIBRARY
     if _LIBRARY is not None:
         return
+    attention_core.FUSED = env.cpu_attention() == "fused"
     clashes = [name for name in ALL_OPS if _op_exists(name)]
     if clashes:
         raise RuntimeError(f"torch.ops.sgl_kernel already defines {clashes}; refusing to shadow them")

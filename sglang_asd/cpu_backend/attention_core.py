@@ -1,10 +1,26 @@
 """What the two paged attention ops (``attention_ops.py``) share: the masked softmax and the
 gathers of keys and values from the paged pools, in plain torch.
 
-Layout: keys and values are gathered head-major (``[B, Hkv, N, D]`` float32, one copy from the
-pool) and the G query heads of a KV head go as G * M rows of one matmul (``attend``), so no K/V
-tensor is copied per query head. Scores and the softmax run in float32; a query with no visible
-key (and no sink) gets zeros.
+Layout: keys and values are gathered head-major (``[B, Hkv, N, D]``, one copy from the pool) and
+the G query heads of a KV head share that head's keys (GQA), so no K/V tensor is copied per query
+head. A query with no visible key (and no sink) gets zeros.
+
+Two kernels compute the masked softmax (``SGLANG_ASD_CPU_ATTENTION``, read in ``env.py``; the
+choice is made once, when the ops are registered, and held in :data:`FUSED`):
+
+- ``fused`` (default): torch's ``scaled_dot_product_attention``, one call over keys and values in
+  the pool's dtype (bf16 on the served models). Scores, the running maximum and the denominator
+  accumulate in float32 inside torch's kernel; for a bf16 or fp16 pool the probabilities are
+  rounded to that dtype before they weight the values, as GPU flash kernels do. Used when no
+  ``logit_cap`` and no ``sinks`` are set and the pool is read without a scale (bf16/fp16/fp32).
+- ``reference``: every step spelled out in float32 (:func:`attend_reference`); also what the
+  fused choice falls back to for logit caps, sinks and scaled (fp8) pools.
+
+Why the fused kernel is the default: on a 2-core CPU the reference's dozen small ops per call,
+each one parallel region whose end waits for both threads, stall whenever another process takes a
+core, and gathering the keys and values as float32 copies them twice. Figures in
+docs/BENCHMARKS.md ("Where a round's time goes on CPU"). Both kernels are tested against a dense
+float64 softmax (``tests/cpu_backend/test_cpu_backend_attention.py``) and against each other.
 """
 
 from __future__ import annotations
@@ -12,25 +28,69 @@ from __future__ import annotations
 from typing import Optional
 
 import torch
+import torch.nn.functional as F
 
 # Upper bound on float32 elements of one score block, to keep long prefills in memory.
 SCORE_BLOCK_ELEMS = 1 << 24
 
+# Whether ``attend`` uses torch's fused kernel (``SGLANG_ASD_CPU_ATTENTION=fused``, the default);
+# set by ``_registry.register_ops`` from the environment.
+FUSED = True
+_FUSED_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
+
+
+def fused_applies(logit_cap: Optional[float], sinks: Optional[torch.Tensor]) -> bool:
+    """Whether ``attend`` takes the fused kernel for these masking rules."""
+    return FUSED and sinks is None and not (logit_cap is not None and logit_cap > 0)
+
+
+def kv_dtype(
+    k_pool: torch.Tensor, v_pool: torch.Tensor, key_scale: float, value_scale: float,
+    logit_cap: Optional[float], sinks: Optional[torch.Tensor],
+) -> torch.dtype:  # fmt: skip
+    """The dtype to gather keys and values in: the pools' own where the fused kernel reads them as
+    stored, float32 otherwise (the reference kernel, scaled or fp8 pools)."""
+    if (fused_applies(logit_cap, sinks) and key_scale == 1.0 and value_scale == 1.0
+            and k_pool.dtype == v_pool.dtype and k_pool.dtype in _FUSED_DTYPES):
+        return k_pool.dtype
+    return torch.float32
+
 
 def attend(
     q: torch.Tensor,  # [B, M, H, Dk]
-    k: torch.Tensor,  # [B, Hkv, N, Dk] float32
-    v: torch.Tensor,  # [B, Hkv, N, Dv] float32
+    k: torch.Tensor,  # [B, Hkv, N, Dk]
+    v: torch.Tensor,  # [B, Hkv, N, Dv], k's dtype
+    visible: torch.Tensor,  # [B, M, N] bool
+    sm_scale: float,
+    logit_cap: Optional[float],
+    sinks: Optional[torch.Tensor],  # [H]
+) -> torch.Tensor:  # [B, M, H, Dv], k's dtype (fused) or float32 (reference)
+    """Softmax attention of each query over its visible keys (``logit_cap``, ``sinks``:
+    ``attention_ops``' masking rules), by the kernel :func:`fused_applies` picks."""
+    if not fused_applies(logit_cap, sinks):
+        return attend_reference(q, k, v, visible, sm_scale, logit_cap, sinks)
+    # Query head h reads KV head h // G under enable_gqa, the grouping of attend_reference. A query
+    # row with no visible key comes out as zeros (torch's CPU kernel; tested).
+    o = F.scaled_dot_product_attention(
+        q.transpose(1, 2).to(k.dtype), k, v, attn_mask=visible.unsqueeze(1), scale=sm_scale, enable_gqa=True
+    )
+    return o.transpose(1, 2)
+
+
+def attend_reference(
+    q: torch.Tensor,  # [B, M, H, Dk]
+    k: torch.Tensor,  # [B, Hkv, N, Dk]
+    v: torch.Tensor,  # [B, Hkv, N, Dv]
     visible: torch.Tensor,  # [B, M, N] bool
     sm_scale: float,
     logit_cap: Optional[float],
     sinks: Optional[torch.Tensor],  # [H]
 ) -> torch.Tensor:  # [B, M, H, Dv] float32
-    """Softmax attention of each query over its visible keys, in float32 (``logit_cap``, ``sinks``:
-    ``attention_ops``' masking rules)."""
+    """The masked softmax step by step in float32: the reference kernel."""
     B, M, H, Dk = q.shape
     Hkv, N = k.shape[1], k.shape[2]
     G = H // Hkv
+    k, v = k.float(), v.float()
     # The G query heads of a KV head go as G * M rows of one matmul against that head's keys
     # (broadcasting K over G would copy it G times).
     qg = q.float().reshape(B, M, Hkv, G, Dk).permute(0, 2, 3, 1, 4).reshape(B, Hkv, G * M, Dk)
@@ -60,23 +120,28 @@ def gather_kv(
     lens: torch.Tensor,  # [B] int64
     width: int,  # N >= max(lens)
     scale: float,
-) -> tuple[torch.Tensor, torch.Tensor]:  # ([B, Hkv, N, D] float32, [B, N] valid)
-    """Positions ``[start, start + lens)`` of each row, head-major, padded to ``width`` (padding masked)."""
+    dtype: torch.dtype = torch.float32,
+) -> tuple[torch.Tensor, torch.Tensor]:  # ([B, Hkv, N, D] dtype, [B, N] valid)
+    """Positions ``[start, start + lens)`` of each row, head-major, padded to ``width`` (padding
+    masked), in ``dtype`` (:func:`kv_dtype`)."""
     col = torch.arange(width)
     valid = col < lens.unsqueeze(1)
     cols = (start.unsqueeze(1) + col).clamp(max=req_to_token.shape[1] - 1)
     slots = req_to_token[rows.unsqueeze(1), cols].to(torch.int64)
     slots = torch.where(valid, slots, torch.zeros_like(slots))  # padding reads slot 0 (masked)
-    # head-major and float32 in one copy, so the matmuls read each head's keys as one matrix
-    kv = buffer[slots].transpose(1, 2).to(torch.float32, memory_format=torch.contiguous_format)
+    # head-major and in dtype in one copy, so the kernels read each head's keys as one matrix
+    kv = buffer[slots].transpose(1, 2).to(dtype, memory_format=torch.contiguous_format)
     if scale != 1.0:
         kv = kv * scale
     return kv, valid
 
 
-def row_kv(buffer: torch.Tensor, req_to_token: torch.Tensor, row: int, start: int, n: int, scale: float):
-    """Positions ``[start, start + n)`` of pool row ``row`` as ``[n, Hkv, D]`` float32 (token-major)."""
-    kv = buffer[req_to_token[row, start : start + n].to(torch.int64)].float()
+def row_kv(
+    buffer: torch.Tensor, req_to_token: torch.Tensor, row: int, start: int, n: int, scale: float,
+    dtype: torch.dtype = torch.float32,
+) -> torch.Tensor:  # fmt: skip
+    """Positions ``[start, start + n)`` of pool row ``row`` as ``[n, Hkv, D]`` in ``dtype`` (token-major)."""
+    kv = buffer[req_to_token[row, start : start + n].to(torch.int64)].to(dtype)
     return kv * scale if scale != 1.0 else kv
 
 

@@ -22,8 +22,9 @@ q and k absolute positions in the row:
   denominator and contributes no value;
 - ``encoder_lens``: cross-attention reads positions ``[0, enc_len)``, self
   attention ``[enc_len, enc_len + seq_len)`` (torch_native's convention).
-Scores and the softmax run in float32; the output is cast to ``o``'s dtype.
-A row with no visible key (and no sink) gets zeros.
+Scores and the softmax accumulate in float32 (``attention_core``: the fused kernel rounds the
+probabilities to a bf16/fp16 pool's dtype before they weight the values, the reference kernel does
+not); the output is cast to ``o``'s dtype. A row with no visible key (and no sink) gets zeros.
 
 The masked softmax and the gathers from the paged pools are ``attention_core.py``'s. Extend calls whose rows have a few new tokens each (speculative verify,
 draft extend) run all rows as one padded batch; ragged prefills, long chunks and cross-attention
@@ -37,7 +38,7 @@ from typing import Optional
 
 import torch
 
-from .attention_core import SCORE_BLOCK_ELEMS, attend, gather_kv, row_kv, write_kv
+from .attention_core import SCORE_BLOCK_ELEMS, attend, gather_kv, kv_dtype, row_kv, write_kv
 
 def decode_attention_cpu(
     query: torch.Tensor,  # [bs, H, Dk]
@@ -79,11 +80,12 @@ def decode_attention_cpu(
     n_max = max(int(lens.max()), 1)
     H, Dk = query.shape[1], query.shape[2]
     chunk = max(1, SCORE_BLOCK_ELEMS // (n_max * max(H, k_cache.shape[1] * Dk)))
+    dtype = kv_dtype(k_cache, v_cache, key_scale, value_scale, logit_cap, sinks)
     for b0 in range(0, bs, chunk):
         sl = slice(b0, min(bs, b0 + chunk))
         n = max(int(lens[sl].max()), 1)
-        k, valid = gather_kv(k_cache, req_to_token, rows[sl], start[sl], lens[sl], n, key_scale)
-        v, _ = gather_kv(v_cache, req_to_token, rows[sl], start[sl], lens[sl], n, value_scale)
+        k, valid = gather_kv(k_cache, req_to_token, rows[sl], start[sl], lens[sl], n, key_scale, dtype)
+        v, _ = gather_kv(v_cache, req_to_token, rows[sl], start[sl], lens[sl], n, value_scale, dtype)
         o = attend(query[sl].unsqueeze(1), k, v, valid.unsqueeze(1), sm_scale, logit_cap, sinks)
         output[sl] = o.squeeze(1).to(output.dtype)
 
@@ -192,8 +194,9 @@ def _extend_batched(
     plen = prefix - p0
     kv_len = plen + ext
     N = int(kv_len.max())
-    k, kv_valid = gather_kv(k_buffer, req_to_token, rows, enc + p0, kv_len, N, key_scale)
-    v, _ = gather_kv(v_buffer, req_to_token, rows, enc + p0, kv_len, N, value_scale)
+    dtype = kv_dtype(k_buffer, v_buffer, key_scale, value_scale, logit_cap, sinks)
+    k, kv_valid = gather_kv(k_buffer, req_to_token, rows, enc + p0, kv_len, N, key_scale, dtype)
+    v, _ = gather_kv(v_buffer, req_to_token, rows, enc + p0, kv_len, N, value_scale, dtype)
     i = torch.arange(M)
     ext_valid = i < ext.unsqueeze(1)  # [B, M]: real queries
     tok = torch.where(ext_valid, qstart.unsqueeze(1) + i, torch.zeros_like(i))  # row of q/k/v/o_extend
@@ -201,8 +204,8 @@ def _extend_batched(
         b_idx = torch.arange(B).unsqueeze(1).expand(B, M)[ext_valid]
         col = (plen.unsqueeze(1) + i)[ext_valid]
         src = tok[ext_valid]
-        k.transpose(1, 2)[b_idx, col] = k_extend[src].float()
-        v.transpose(1, 2)[b_idx, col] = v_extend[src].float()
+        k.transpose(1, 2)[b_idx, col] = k_extend[src].to(k.dtype)
+        v.transpose(1, 2)[b_idx, col] = v_extend[src].to(v.dtype)
 
     qi = i.view(1, M, 1)
     e = torch.arange(N).view(1, 1, N) - plen.view(B, 1, 1)  # extend index of each key column (< 0: prefix)
@@ -230,6 +233,7 @@ def _extend_rows(
 ) -> None:  # fmt: skip
     """One row at a time, query blocks bounded in memory: ragged prefills, long chunks, cross-attention."""
     H = q_extend.shape[1]
+    dtype = kv_dtype(k_buffer, v_buffer, key_scale, value_scale, logit_cap, sinks)
     for b in range(ext.numel()):  # rows have ragged lengths; everything inside is vectorized
         L, P, q0, row = int(ext[b]), int(prefix[b]), int(qstart[b]), int(rows[b])
         if L == 0:
@@ -237,8 +241,8 @@ def _extend_rows(
         qpos = torch.arange(P, P + L)
         if is_cross_attention:
             n = int(enc[b])
-            k = row_kv(k_buffer, req_to_token, row, 0, n, key_scale)
-            v = row_kv(v_buffer, req_to_token, row, 0, n, value_scale)
+            k = row_kv(k_buffer, req_to_token, row, 0, n, key_scale, dtype)
+            v = row_kv(v_buffer, req_to_token, row, 0, n, value_scale, dtype)
             kpos = torch.arange(n)
 
             def visible_fn(qp, kp):
@@ -248,13 +252,13 @@ def _extend_rows(
             off = int(enc[b])
             # with a window, the first query (position P) only sees keys k > P - window
             p0 = max(0, P - window + 1) if window else 0
-            kp = row_kv(k_buffer, req_to_token, row, off + p0, P - p0, key_scale)
-            vp = row_kv(v_buffer, req_to_token, row, off + p0, P - p0, value_scale)
+            kp = row_kv(k_buffer, req_to_token, row, off + p0, P - p0, key_scale, dtype)
+            vp = row_kv(v_buffer, req_to_token, row, off + p0, P - p0, value_scale, dtype)
             if k_extend is not None and v_extend is not None:
-                ke, ve = k_extend[q0 : q0 + L].float(), v_extend[q0 : q0 + L].float()
+                ke, ve = k_extend[q0 : q0 + L].to(dtype), v_extend[q0 : q0 + L].to(dtype)
             else:  # KV-shared layers: the extend K/V are already in the cache
-                ke = row_kv(k_buffer, req_to_token, row, off + P, L, key_scale)
-                ve = row_kv(v_buffer, req_to_token, row, off + P, L, value_scale)
+                ke = row_kv(k_buffer, req_to_token, row, off + P, L, key_scale, dtype)
+                ve = row_kv(v_buffer, req_to_token, row, off + P, L, value_scale, dtype)
             k, v = torch.cat([kp, ke], 0), torch.cat([vp, ve], 0)
             kpos = torch.arange(p0, P + L)
             tree = None

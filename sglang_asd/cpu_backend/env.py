@@ -1,10 +1,13 @@
-"""The stand-ins' four environment switches, read and validated here and nowhere else.
+"""The stand-ins' five environment switches, read and validated here and nowhere else.
 
 - ``SGLANG_ASD_CPU_GEMM``: the CPU linear-layer mode (``seams/cpu_paths.py``): ``auto`` (default:
   ``native`` on a CPU with bf16 instructions, AVX-512 BF16 or AMX, whose bf16 kernel is the faster
   one, else ``fp32-accumulate``), ``fp32-accumulate`` (a bf16/fp16 weight widened to float32 once)
   or ``native`` (torch's bf16 kernel). Both run bf16 linear layers with float32 accumulation, in
   another summation order; figures in docs/BENCHMARKS.md ("Where a round's time goes on CPU").
+- ``SGLANG_ASD_CPU_ATTENTION``: the stand-in attention's kernel (``attention_core.py``), ``fused``
+  (default: torch's ``scaled_dot_product_attention`` over the pool's dtype) or ``reference``
+  (every step in float32). They differ in the last bits of a bf16 attention output.
 - ``SGLANG_ASD_CPU_START_METHOD``: how the launcher's scheduler and detokenizer start on CPU
   (``seams/start_method.py``), ``fork`` (default) or ``spawn`` (SGLang's own).
 - ``SGLANG_ASD_CPU_SAMPLING``: ``off`` (default) or ``on``: SGLang's speculative sampling verify
@@ -17,7 +20,7 @@
   ``cpu_backend.install()`` imports it by name (``CUDA_STANDIN_MODULE``) from ``sys.path``, where
   the kit puts ``scripts/device`` for every process it starts (docs/GPU.md).
 
-The first three are case- and space-insensitive, empty meaning the default; the last is exact. Each
+The first four are case- and space-insensitive, empty meaning the default; the last is exact. Each
 function reads the environment when called (never at import), so a process sees the value it was
 started with. A bad value is an error naming the variable, the value and what is accepted; the
 launchers call :func:`check_cpu_switches` before any process starts, so it is one line there.
@@ -32,6 +35,8 @@ GEMM_ENV = "SGLANG_ASD_CPU_GEMM"
 GEMM_MODES = ("auto", "fp32-accumulate", "native")
 # /proc/cpuinfo flags of the instructions that make torch's bf16 GEMM the faster one
 NATIVE_BF16_FLAGS = ("avx512_bf16", "amx_bf16")
+CPU_ATTENTION_ENV = "SGLANG_ASD_CPU_ATTENTION"
+CPU_ATTENTION_KERNELS = ("fused", "reference")
 START_METHOD_ENV = "SGLANG_ASD_CPU_START_METHOD"
 START_METHODS = ("fork", "spawn")
 CPU_SAMPLING_ENV = "SGLANG_ASD_CPU_SAMPLING"
@@ -70,6 +75,11 @@ def cpu_has_native_bf16(cpuinfo: str = "/proc/cpuinfo") -> bool:
     return False
 
 
+def cpu_attention() -> str:
+    """The stand-in attention's kernel in this process: ``fused`` (default) or ``reference``."""
+    return _choice(CPU_ATTENTION_ENV, CPU_ATTENTION_KERNELS)
+
+
 def start_method() -> str:
     """The start method of this launcher's children on CPU: ``fork`` (default) or ``spawn``."""
     return _choice(START_METHOD_ENV, START_METHODS)
@@ -90,8 +100,9 @@ def kernel_standin() -> Optional[str]:
 
 
 def check_cpu_switches() -> None:
-    """Raise ``ValueError`` on a bad CPU linear-layer mode, start method or sampling switch (the
-    launchers, on CPU)."""
+    """Raise ``ValueError`` on a bad CPU linear-layer mode, attention kernel, start method or sampling
+    switch (the launchers, on CPU)."""
     gemm_mode()
+    cpu_attention()
     start_method()
     cpu_sampling()

@@ -3,6 +3,7 @@
 import pytest
 import torch
 
+from sglang_asd.cpu_backend import attention_core
 from sglang_asd.cpu_backend import attention_ops as ops
 from sglang_asd.cpu_backend import spec_tree_ops
 from sglang_asd.testing import eagle_draft
@@ -62,6 +63,13 @@ def extend_path(request, monkeypatch):
     """Every test runs with the op's own choice of extend path, then with each path forced."""
     if request.param != "auto":
         monkeypatch.setattr(ops, "_batch_fits", lambda *a: request.param == "batched")
+    return request.param
+
+
+@pytest.fixture(autouse=True, params=["fused", "reference"])
+def kernel(request, monkeypatch):
+    """Every test runs with each attention kernel (``SGLANG_ASD_CPU_ATTENTION``)."""
+    monkeypatch.setattr(attention_core, "FUSED", request.param == "fused")
     return request.param
 
 
@@ -306,3 +314,4 @@ def test_extend_path_choice():
     one_long = torch.tensor([20000, 20, 20, 20])
     assert not BATCH_FITS(12, one_long, torch.full((4,), 5), 0)
     assert BATCH_FITS(12, one_long, torch.full((4,), 5), 64)
+
