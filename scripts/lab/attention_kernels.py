@@ -14,29 +14,24 @@ after 5 warm-up calls, and the largest difference between the two kernels' outpu
 from __future__ import annotations
 
 import argparse
-import time
+import sys
+from pathlib import Path
 
 import torch
 
-from sglang_asd.cpu_backend import attention_core
-from sglang_asd.cpu_backend import attention_ops as ops
+HERE = Path(__file__).resolve().parent
+sys.path[:0] = [str(HERE), str(HERE.parents[1])]  # gemm_rows.py beside it; the package of this checkout
+
+from gemm_rows import median_ms  # noqa: E402
+
+from sglang_asd.cpu_backend import attention_core  # noqa: E402
+from sglang_asd.cpu_backend import attention_ops as ops  # noqa: E402
 
 SHAPES = {  # name -> (query heads, KV heads, head dim, new tokens per request)
     "target decode": (12, 2, 128, 1),
     "target verify (5 tokens)": (12, 2, 128, 5),
     "draft decode": (14, 2, 64, 1),
 }
-
-
-def median_ms(fn, calls: int) -> float:
-    for _ in range(5):
-        fn()
-    times = []
-    for _ in range(calls):
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return sorted(times)[calls // 2] * 1e3
 
 
 def one_call(h: int, hkv: int, d: int, m: int, bs: int, context: int):
