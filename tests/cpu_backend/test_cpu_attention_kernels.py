@@ -29,7 +29,7 @@ def _serving_case(gen, bs, m):
 def test_fused_kernel_matches_the_reference_at_serving_shapes(monkeypatch, bs, m):
     """The fused kernel (torch's SDPA over the bf16 pool) against the float32 reference on decode
     and verify shapes: the same attention up to bf16 rounding of the probabilities and output, and
-    the fused kernel really ran (one SDPA call per op)."""
+    the fused kernel really ran."""
     gen = torch.Generator().manual_seed(bs * 10 + m)
     q, k_buf, v_buf, table, prefix, ext = _serving_case(gen, bs, m)
     rows, seq = torch.arange(bs), prefix + ext
@@ -73,8 +73,8 @@ def test_fused_kernel_gives_zeros_where_no_key_is_visible(monkeypatch):
 
 @pytest.mark.parametrize("kernel", ["fused", "reference"])
 def test_the_kernel_choice_and_its_fallbacks(monkeypatch, kernel):
-    """The fused kernel reads an unscaled bf16/fp16/fp32 pool as stored; logit caps, sinks, scaled or
-    fp8 pools and the reference kernel gather float32 and take the reference."""
+    """The fused kernel reads an unscaled bf16/fp16/fp32 pool as stored; scaled or fp8 pools, logit
+    caps, sinks and the reference kernel gather float32; logit caps and sinks take the reference."""
     bf16 = torch.empty(1, 1, 1, dtype=torch.bfloat16)
     fp8 = torch.empty(1, 1, 1, dtype=torch.float8_e4m3fn)
     dtype = attention_core.kv_dtype
