@@ -4,6 +4,7 @@
 ``qwen_k6``, ``qwen_k8`` and ``qwen_tree`` (``docs/measurements/issue35/run.sh``; a missing run is
 skipped) and prints a markdown table and three lines: the best depth for strict, the best for ASD
 (by the per-prompt ratio against strict at K = 4), and ASD's best against strict's best.
+``--plot PNG`` also draws the table: tok/s against strict at K = 4 and accept length per depth.
 
 Each depth is its own server, run at its own time, so two depths pair by prompt, not by time: a
 prompt's tok/s in one run is the median of its requests over that run's repeats (the last try of a
@@ -19,7 +20,6 @@ from __future__ import annotations
 import json
 import math
 import statistics
-import sys
 from pathlib import Path
 
 from sglang_asd.bench import speed_summary, stats
@@ -55,7 +55,9 @@ def fmt(r: tuple[float, tuple[float, float]]) -> str:
     return f"{r[0]:.3f} [{r[1][0]:.3f}, {r[1][1]:.3f}]"
 
 
-def main(out: Path) -> str:
+def collect(out: Path) -> tuple[dict, dict, dict]:
+    """(runs, summaries, cells): arm -> prompt -> tok/s per run, the speed tool's summary per arm,
+    and (run, arm) -> its per-prompt ratio against strict at K = 4 with the interval."""
     runs, summaries = {}, {}
     for name in CONFIGS:
         if (out / name / "speed.json").exists():
@@ -64,10 +66,15 @@ def main(out: Path) -> str:
     if "qwen_k4" not in runs:
         raise SystemExit(f"{out}/qwen_k4: no speed run (the reference depth)")
     ref = runs["qwen_k4"]["strict"]
+    cells = {(name, arm): ratio(arms[arm], ref) for name, arms in runs.items() for arm in ARMS if arm in arms}
+    return runs, summaries, cells
+
+
+def main(out: Path) -> str:
+    runs, summaries, cells = collect(out)
     lines = ["| drafts | arm | repeats | tok/s (median over prompts) | accept len | verify rounds/req | spent/req (nats) "
              "| vs strict, same depth, per prompt [95% CI] | vs strict at K=4, per prompt [95% CI] |",
              "| --- | --- | ---: | ---: | ---: | ---: | ---: | --- | --- |"]
-    cells = {}
     for name, arms in runs.items():
         for arm in ARMS:
             if arm not in arms:
@@ -75,7 +82,6 @@ def main(out: Path) -> str:
             s = summaries[name].get(arm, {})
             same = "reference" if arm == "strict" else s.get("prompt_speedup_cell", "n/a")
             acc, rounds = s.get("accept_length"), s.get("verify_ct_mean")
-            cells[(name, arm)] = ratio(arms[arm], ref)
             lines.append(f"| {CONFIGS[name]} | {arm} | {s.get('repeats_n', 'n/a')} "
                          f"| {statistics.median(arms[arm].values()):.2f} | {'n/a' if acc is None else f'{acc:.3f}'} "
                          f"| {'n/a' if rounds is None else f'{rounds:.1f}'} | {s.get('spent_mean') or 0:.2f} | {same} "
@@ -92,5 +98,57 @@ def main(out: Path) -> str:
     return "\n".join(lines)
 
 
+def plot(out: Path, png: Path) -> Path:
+    """Left: tok/s per prompt against strict at K = 4 (geometric mean, 95% interval over prompts)
+    against the number of draft steps, one line per arm, the tree beside the chains at its own
+    depth (4 steps, hollow markers). Right: accept length, the tokens a verify round commits."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    runs, summaries, cells = collect(out)
+    steps = {"qwen_k2": 2, "qwen_k4": 4, "qwen_k6": 6, "qwen_k8": 8}
+    style = {"strict": ("black", "strict (budget 0)"), "b8": ("tab:blue", "budget 8, gate 0.25"),
+             "b8g0.5": ("tab:orange", "budget 8, gate 0.5")}
+    fig, (left, right) = plt.subplots(1, 2, figsize=(10.0, 4.2), dpi=120)
+    for i, (arm, (color, label)) in enumerate(style.items()):
+        chain = [(steps[n], cells[(n, arm)], summaries[n][arm]) for n in steps if (n, arm) in cells]
+        dx = (i - 1) * 0.08  # keeps the error bars of one depth apart
+        xs = [k + dx for k, _, _ in chain]
+        left.errorbar(xs, [c[0] for _, c, _ in chain],
+                      yerr=[[c[0] - c[1][0] for _, c, _ in chain], [c[1][1] - c[0] for _, c, _ in chain]],
+                      color=color, marker="o", capsize=3, lw=1.2, label=label)
+        right.plot(xs, [s.get("accept_length") or float("nan") for _, _, s in chain], color=color, marker="o",
+                   label=label)
+        if ("qwen_tree", arm) in cells:
+            c, s = cells[("qwen_tree", arm)], summaries["qwen_tree"][arm]
+            left.errorbar([4.4 + dx], [c[0]], yerr=[[c[0] - c[1][0]], [c[1][1] - c[0]]], color=color, marker="s",
+                          mfc="white", capsize=3, lw=1.2)
+            right.plot([4.4 + dx], [s.get("accept_length") or float("nan")], color=color, marker="s", mfc="white")
+    left.axhline(1.0, color="grey", lw=0.8, ls="--")
+    left.set_ylabel("tok/s vs strict at K=4, per prompt (95% CI)")
+    right.set_ylabel("accept length (tokens per verify round)")
+    for ax in (left, right):
+        ax.set_xlabel("draft steps K (squares: tree, topk 2, 4 steps, 8 tokens)")
+        ax.set_xticks([2, 4, 6, 8])
+        ax.grid(alpha=0.3)
+    left.legend(fontsize=8, loc="best")
+    fig.suptitle("Qwen2.5-Coder 1.5B + 0.5B draft, CPU, 16 prompts x 128 tokens, concurrency 1", fontsize=10)
+    fig.tight_layout()
+    png.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(png)
+    plt.close(fig)
+    return png
+
+
 if __name__ == "__main__":
-    print(main(Path(sys.argv[1])))
+    import argparse
+
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("out", type=Path, help="the chain's output folder (qwen_k2 ... qwen_tree under it)")
+    ap.add_argument("--plot", type=Path, help="also write the figure to this PNG")
+    args = ap.parse_args()
+    print(main(args.out))
+    if args.plot:
+        print(f"\nfigure: {plot(args.out, args.plot)}")
