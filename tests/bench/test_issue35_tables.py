@@ -65,6 +65,31 @@ def test_depth_table_compares_every_depth_with_strict_at_k4(fake_server_url, tmp
     assert "- best for strict: chain K=" in out and "- ASD's best against strict's best, per prompt: " in out
 
 
+def test_depth_figure_draws_the_table(fake_server_url, tmp_path):
+    """The figure's left panel holds each arm's per-prompt ratio against strict at K = 4 at its
+    depth, the right panel the arm's accept length, and --plot writes it."""
+    for name in ("qwen_k4", "qwen_k8"):
+        assert speed.main(["--url", fake_server_url, *WORK, "--repeats", "1", "--out", str(tmp_path / name)]) == 0
+    sys.path.insert(0, str(SCRIPTS))
+    try:
+        import depth
+    finally:
+        sys.path.remove(str(SCRIPTS))
+    _, summaries, cells = depth.collect(tmp_path)
+    fig = depth.figure(tmp_path)
+    left, right = fig.axes
+    by_label = {c.get_label(): c.lines[0] for c in left.containers if not c.get_label().startswith("_")}
+    assert set(by_label) == {"strict (budget 0)", "budget 8, gate 0.25"}
+    b8 = by_label["budget 8, gate 0.25"]
+    assert [round(x) for x in b8.get_xdata()] == [4, 8]
+    assert list(b8.get_ydata()) == pytest.approx([cells[("qwen_k4", "b8")][0], cells[("qwen_k8", "b8")][0]])
+    accept = [line for line in right.get_lines() if line.get_label() == "budget 8, gate 0.25"][0]
+    assert list(accept.get_ydata()) == pytest.approx([summaries[n]["b8"]["accept_length"] for n in ("qwen_k4", "qwen_k8")])
+    png = tmp_path / "depth.png"
+    assert f"figure: {png}" in _run("depth.py", tmp_path, "--plot", png)
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
 def test_depth_table_needs_the_reference_depth(tmp_path):
     r = subprocess.run([sys.executable, str(SCRIPTS / "depth.py"), str(tmp_path)], capture_output=True, text=True)
     assert r.returncode != 0 and "qwen_k4: no speed run" in r.stderr

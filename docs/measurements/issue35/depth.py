@@ -99,6 +99,17 @@ def main(out: Path) -> str:
 
 
 def plot(out: Path, png: Path) -> Path:
+    """Write ``figure(out)`` to ``png``."""
+    import matplotlib.pyplot as plt
+
+    fig = figure(out)
+    png.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(png)
+    plt.close(fig)
+    return png
+
+
+def figure(out: Path):
     """Left: tok/s per prompt against strict at K = 4 (geometric mean, 95% interval over prompts)
     against the number of draft steps, one line per arm, the tree beside the chains at its own
     depth (4 steps, hollow markers). Right: accept length, the tokens a verify round commits."""
@@ -114,6 +125,8 @@ def plot(out: Path, png: Path) -> Path:
     fig, (left, right) = plt.subplots(1, 2, figsize=(10.0, 4.2), dpi=120)
     for i, (arm, (color, label)) in enumerate(style.items()):
         chain = [(steps[n], cells[(n, arm)], summaries[n][arm]) for n in steps if (n, arm) in cells]
+        if not chain:  # an arm no run measured gets no legend entry
+            continue
         dx = (i - 1) * 0.08  # keeps the error bars of one depth apart
         xs = [k + dx for k, _, _ in chain]
         left.errorbar(xs, [c[0] for _, c, _ in chain],
@@ -136,10 +149,7 @@ def plot(out: Path, png: Path) -> Path:
     left.legend(fontsize=8, loc="best")
     fig.suptitle("Qwen2.5-Coder 1.5B + 0.5B draft, CPU, 16 prompts x 128 tokens, concurrency 1", fontsize=10)
     fig.tight_layout()
-    png.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(png)
-    plt.close(fig)
-    return png
+    return fig
 
 
 if __name__ == "__main__":
