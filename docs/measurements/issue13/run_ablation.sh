@@ -49,7 +49,7 @@ $RULE_CEILINGS ${SERVER_EXTRA:-}"
     # ledger-free rules at three settings each, around the spends the n = 10 run measured.
     PILOT_RULES=${PILOT_RULES:-'asd=8,local=1,margin=0.5,threshold=0.5,asd=2,asd=1,asd=0.5,local=0.5,local=0.25,margin=0.25,margin=1,threshold=0.25,threshold=1'}
     # RULES, the audit's and speed's arms, picked from the pilot (20 GSM8K items, natural stop;
-    # spent nats per request, issue36/results/audit/audit.md): asd 0.5 -> 0.37, 1 -> 0.84,
+    # spent nats per request in its report, before the 100-item audit grew it): asd 0.5 -> 0.37, 1 -> 0.84,
     # 2 -> 1.47, 8 -> 1.88; local 0.25 -> 0.28, 0.5 -> 0.85, 1 -> 1.94; margin 0.25 -> 0.32,
     # 0.5 -> 0.93, 1 -> 2.80; threshold 0.25 -> 0.36, 0.5 -> 0.99, 1 -> 3.08. Every setting stays:
     # each ledger-free rule's three span asd's range (0.37 to 1.88) and reach past it, and they fall

@@ -109,6 +109,11 @@ def plot(out: Path, png: Path) -> Path:
     return png
 
 
+def _yerr(cells: list) -> list:
+    """matplotlib's asymmetric error bars (below, above) for ratios with their intervals."""
+    return [[c[0] - c[1][0] for c in cells], [c[1][1] - c[0] for c in cells]]
+
+
 def figure(out: Path):
     """Left: tok/s per prompt against strict at K = 4 (geometric mean, 95% interval over prompts)
     against the number of draft steps, one line per arm, the tree beside the chains at its own
@@ -118,7 +123,7 @@ def figure(out: Path):
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    runs, summaries, cells = collect(out)
+    _, summaries, cells = collect(out)
     steps = {"qwen_k2": 2, "qwen_k4": 4, "qwen_k6": 6, "qwen_k8": 8}
     style = {"strict": ("black", "strict (budget 0)"), "b8": ("tab:blue", "budget 8, gate 0.25"),
              "b8g0.5": ("tab:orange", "budget 8, gate 0.5")}
@@ -129,15 +134,14 @@ def figure(out: Path):
             continue
         dx = (i - 1) * 0.08  # keeps the error bars of one depth apart
         xs = [k + dx for k, _, _ in chain]
-        left.errorbar(xs, [c[0] for _, c, _ in chain],
-                      yerr=[[c[0] - c[1][0] for _, c, _ in chain], [c[1][1] - c[0] for _, c, _ in chain]],
+        left.errorbar(xs, [c[0] for _, c, _ in chain], yerr=_yerr([c for _, c, _ in chain]),
                       color=color, marker="o", capsize=3, lw=1.2, label=label)
         right.plot(xs, [s.get("accept_length") or float("nan") for _, _, s in chain], color=color, marker="o",
                    label=label)
         if ("qwen_tree", arm) in cells:
             c, s = cells[("qwen_tree", arm)], summaries["qwen_tree"][arm]
-            left.errorbar([4.4 + dx], [c[0]], yerr=[[c[0] - c[1][0]], [c[1][1] - c[0]]], color=color, marker="s",
-                          mfc="white", capsize=3, lw=1.2)
+            left.errorbar([4.4 + dx], [c[0]], yerr=_yerr([c]), color=color, marker="s", mfc="white", capsize=3,
+                          lw=1.2)
             right.plot([4.4 + dx], [s.get("accept_length") or float("nan")], color=color, marker="s", mfc="white")
     left.axhline(1.0, color="grey", lw=0.8, ls="--")
     left.set_ylabel("tok/s vs strict at K=4, per prompt (95% CI)")
