@@ -6,8 +6,8 @@
 #      covers one range; its items are reused by step 2 for the arms it keeps);
 #   2. audit: GSM8K, first 100 items, chat route, natural stop (cap 384), concurrency 24, strict run
 #      twice (the noise floor);
-#   3. speed at fixed work on GSM8K prompts: 16 x 128 tokens at concurrency 1, three repeats, then
-#      8 x 512 tokens at concurrency 4 (where budgets bind);
+#   3. speed at fixed work on GSM8K prompts: 16 x 128 tokens at concurrency 1, its first repeat, then
+#      8 x 512 tokens at concurrency 4 (where budgets bind), then the short run's repeats 2 and 3;
 #   4. the table and plot (ablation.py).
 # Issue 13's first run (10 items, float32, the STANDALONE draft fix) stays under issue13/results/;
 # this chain's logs go to issue36/results/.
@@ -78,12 +78,16 @@ audit pilot --rules "$PILOT_RULES" --limit $PILOT_LIMIT
 audit "audit_l$LIMIT" --rules "$RULES" --limit $LIMIT --noise-floor
 
 wait_for_memory $MIN_GB
-for r in $(seq 1 "${SPEED_REPEATS:-3}"); do
-    step "speed_r$r" scripts/lab/speed.py --launch="$SERVER" --rules "$RULES" --dataset gsm8k $SPEED \
-        --concurrency "${SPEED_CONCURRENCY:-1}" --repeats $r --schedule rounds $LONG --out "$OUT/speed"
-done
+speed_repeat() {  # speed_repeat R: the fixed-work run's repeat R (repeats accumulate in one folder)
+    step "speed_r$1" scripts/lab/speed.py --launch="$SERVER" --rules "$RULES" --dataset gsm8k $SPEED \
+        --concurrency "${SPEED_CONCURRENCY:-1}" --repeats "$1" --schedule rounds $LONG --out "$OUT/speed"
+}
+# The long run goes right after the first repeat: a stop then leaves one complete picture (every arm
+# at both lengths) rather than three repeats of the short run and nothing on where budgets bind.
+speed_repeat 1
 [ "${SMOKE:-0}" = 1 ] || step speed_long scripts/lab/speed.py --launch="$SERVER" --rules "$RULES" --dataset gsm8k \
     $LONG_SPEED --repeats 1 --schedule rounds $LONG --out "$OUT/speed_long"
+for r in $(seq 2 "${SPEED_REPEATS:-3}"); do speed_repeat "$r"; done
 
 "$PY" docs/measurements/issue13/ablation.py --audit "$OUT/audit/audit.json" --speed "$OUT/speed/speed.json" \
     --out "$OUT/report" >>"$OUT/report.log" 2>&1 && log "report: $OUT/report/ablation.md"
