@@ -119,16 +119,24 @@ def _by_round(passes: list[dict]) -> dict[tuple[int, int], dict]:
     return out
 
 
-def round_pairs(passes: list[dict], label: str) -> list[tuple[dict, dict]]:
-    """``(strict, candidate)`` for every round in which ``label`` and strict are logged on one
-    machine (where two machines hold both, the one whose candidate finished last), by repeat and round."""
+def round_pairs(passes: list[dict], label: str, reference: str = STRICT) -> list[tuple[dict, dict]]:
+    """``(reference, candidate)`` for every round in which ``label`` and ``reference`` (strict unless
+    named: two rules can be set against each other the same way) are logged on one machine (where two
+    machines hold both, the one whose candidate finished last), by repeat and round."""
     out = []
     for _, on in sorted(_by_round(passes).items()):
-        both = [arms for arms in on.values() if label in arms and STRICT in arms]
+        both = [arms for arms in on.values() if label in arms and reference in arms]
         if both:
             arms = max(both, key=lambda a: a[label].get("finished") or "")
-            out.append((arms[STRICT], arms[label]))
+            out.append((arms[reference], arms[label]))
     return out
+
+
+def prompt_ratio_between(passes: list[dict], reference: str, label: str) -> Optional[tuple[float, tuple]]:
+    """``label``'s tok/s over ``reference``'s, paired by round and prompt (``prompt_ratios``): the
+    geometric mean over prompts and its bootstrap interval over prompts; None where no round holds both."""
+    rates = list(prompt_ratios([((r,), c) for r, c in round_pairs(passes, label, reference)]).values())
+    return (stats.geometric_mean(rates), stats.bootstrap_ci(rates, "gmean")) if rates else None
 
 
 def passes_to_run(passes: list[dict], order: list[str], repeats: int, machine: Optional[str],

@@ -1,17 +1,27 @@
-"""Issue 13's ablation table and frontier plot, from one audit run and one speed run of the same arms.
+"""Issues 13 and 36: the acceptance rules side by side, from one audit run and the speed runs of the same arms.
 
     python docs/measurements/issue13/ablation.py --audit OUT/audit/audit.json [--speed OUT/speed/speed.json] \
-        --out docs/measurements/issue13/results
+        [--speed-long OUT/speed_long/speed.json] --out docs/measurements/issue36/results/report
 
 Per rule and setting (an arm sends ``asd_rule`` and the rule's knob, ``sglang_asd.bench.arms.rule_arms``):
 accept length, tokens/s against strict with its interval, the CPU-normalised ratio and strict's verify
 rounds over the rule's (speed run, fixed work), spent regret per request, divergence from strict and the
-GSM8K accuracy change with its paired 95% interval (audit run, natural stop). Writes ``ablation.md``,
-``ablation.json`` and ``frontier_rules.png``, one curve per rule in three panels: x = speed-up (strict's
-verify rounds over the rule's at fixed work), y = accuracy change; x = spent regret per request, y =
-accuracy change; x = spent regret per request, y = accept length relative to strict's (what a nat of
-regret buys under each rule: item means, far less noisy than accuracy at small n). Without a speed run
-the first panel's x is the accept length relative to strict's, and says so.
+GSM8K accuracy change with its paired 95% interval and McNemar's exact p (audit run, natural stop).
+
+The long fixed-work run (``--speed-long``: longer outputs, where a request's budget binds) gets its own
+table: spent regret per request there beside the short run's, and tok/s against strict per prompt.
+
+**At equal spend**: every ``asd`` setting set against each ledger-free rule's setting whose spent regret
+per request at natural stop is nearest, arm against arm: asd's accuracy minus the other's, paired by item (95%
+bootstrap interval, McNemar), and the tok/s ratio paired by round and prompt in each speed run
+(``speed_summary.prompt_ratio_between``; geometric mean over prompts, bootstrap interval over prompts).
+
+Writes ``ablation.md``, ``ablation.json`` and ``frontier_rules.png``: x = tok/s against strict (per
+prompt, 95% interval; strict's verify rounds over the rule's without a speed run's tok/s), y = accuracy
+change; x = spent regret per request, y = accuracy change; x = spent regret per request, y = accept
+length relative to strict's (what a nat of regret buys under each rule: item means, far less noisy than
+accuracy at small n); and with a long run, x = its spent regret per request, y = its tok/s against strict.
+Without a speed run the first panel's x is the accept length relative to strict's, and says so.
 """
 
 from __future__ import annotations
@@ -22,6 +32,10 @@ import sys
 from pathlib import Path
 from typing import Optional
 
+from sglang_asd.bench import audit_summary, speed_summary
+from sglang_asd.bench.audit import LOG_KIND, LOG_NAME, items_of
+from sglang_asd.bench.runlog import read_log
+from sglang_asd.bench.sampling import seed_of
 from sglang_asd.bench.speed import repeats_cell
 
 RULES = ("asd", "local", "margin", "threshold")
@@ -46,16 +60,17 @@ def _fmt_ci(value, ci, digits=3, scale=1.0, signed=False) -> str:
     return text
 
 
-def rows_of(audit: dict, speed: Optional[dict]) -> list[dict]:
+def rows_of(audit: dict, speed: Optional[dict], long: Optional[dict] = None) -> list[dict]:
     fields = {a["label"]: a["fields"] for a in audit["config"]["arms"]}
     speed_rows = {r["arm"]: r for r in (speed or {}).get("arms", [])}
+    long_rows = {r["arm"]: r for r in (long or {}).get("arms", [])}
     strict_accept = next((r["accept_length"] for r in audit["by_arm"] if r["arm"] == "strict"), None)
     out = []
     for r in audit["by_arm"]:
         rule = _rule_of(fields.get(r["arm"], {}))
         if rule is None and r["arm"] not in ("strict", "strict-rerun"):
             continue
-        s = speed_rows.get(r["arm"], {})
+        s, lg = speed_rows.get(r["arm"], {}), long_rows.get(r["arm"], {})
         knob = None if rule is None else fields[r["arm"]].get(KNOB[rule])
         out.append({
             "arm": r["arm"], "rule": rule or "strict", "knob": KNOB.get(rule), "value": knob,
@@ -73,10 +88,47 @@ def rows_of(audit: dict, speed: Optional[dict]) -> list[dict]:
             "rounds_ratio": (s["strict_verify_ct_mean"] / s["verify_ct_mean"])
             if s.get("verify_ct_mean") and s.get("strict_verify_ct_mean") else None,
             "speed_accept_length": s.get("accept_length"), "speed_repeats": s.get("repeats_n"),
+            "long_spent": lg.get("spent_mean"), "long_accept_length": lg.get("accept_length"),
+            "long_prompt_speedup": lg.get("prompt_speedup"), "long_prompt_speedup_ci": lg.get("prompt_speedup_ci"),
+            "long_rounds_ratio": (lg["strict_verify_ct_mean"] / lg["verify_ct_mean"])
+            if lg.get("verify_ct_mean") and lg.get("strict_verify_ct_mean") else None,
         })
     order = {r: i for i, r in enumerate(("strict", "strict-rerun") + RULES)}
     return sorted(out, key=lambda x: (order.get(x["rule"] if x["arm"] != "strict-rerun" else "strict-rerun", 9),
                                       x["value"] or 0))
+
+
+def audit_records(audit_json: Path) -> dict[str, list[dict]]:
+    """arm -> its item records (the last try of each item), from the run log beside ``audit.json``."""
+    _, records = read_log(audit_json.parent / LOG_NAME, LOG_KIND)
+    out: dict[str, list[dict]] = {}
+    for (arm, *_), rec in audit_summary.latest(items_of(records)).items():
+        out.setdefault(arm, []).append(rec)
+    return out
+
+
+def equal_spend(rows: list[dict], records: dict[str, list[dict]], speeds: dict[str, Optional[dict]]) -> list[dict]:
+    """Every asd setting against each ledger-free rule's setting of nearest spent regret per request
+    (natural stop): the accuracy difference (asd minus the other, paired by item) and, per speed run
+    in ``speeds`` (name -> speed.json), asd's tok/s over the other's, paired by round and prompt."""
+    spent = [r for r in rows if r["spent"] is not None]
+    out = []
+    for a in sorted((r for r in spent if r["rule"] == "asd"), key=lambda r: r["spent"]):
+        for rule in RULES[1:]:
+            others = [r for r in spent if r["rule"] == rule]
+            if not others:
+                continue
+            o = min(others, key=lambda r: abs(r["spent"] - a["spent"]))
+            ref = {(x["tag"], seed_of(x)): x for x in records.get(o["arm"], [])}
+            acc = audit_summary.paired_stats(audit_summary.pairs(ref, records.get(a["arm"], [])))
+            row = {"asd": a["arm"], "asd_value": a["value"], "asd_spent": a["spent"], "other": o["arm"], "rule": rule,
+                   "other_knob": o["knob"], "other_value": o["value"], "other_spent": o["spent"],
+                   **{k: acc[k] for k in ("scored_pairs", "acc_delta", "acc_delta_ci", "lost", "gained", "mcnemar_p")}}
+            for name, speed in speeds.items():
+                between = speed_summary.prompt_ratio_between(speed["passes"], o["arm"], a["arm"]) if speed else None
+                row[f"{name}_ratio"], row[f"{name}_ratio_ci"] = between or (None, None)
+            out.append(row)
+    return out
 
 
 def _speedup_cell(r: dict) -> str:
@@ -84,18 +136,62 @@ def _speedup_cell(r: dict) -> str:
     return repeats_cell(r["speedup"], r["speedup_ci"], r["speed_repeats"])
 
 
-def markdown(rows: list[dict], audit: dict, speed: Optional[dict]) -> str:
-    head = ("| rule | setting | n (GSM8K) | accuracy | Δ accuracy vs strict, pp [95% CI] | lost/gained | "
+def _setting(r: dict) -> str:
+    return "reference" if r["arm"] == "strict" else ("strict again" if r["arm"] == "strict-rerun"
+                                                    else f"{r['knob']}={r['value']:g}")
+
+
+def _p(p: Optional[float]) -> str:
+    return "" if p is None else f"{p:.3f}"
+
+
+def _table(head: list[str], body: list[list[str]]) -> list[str]:
+    return ["| " + " | ".join(head) + " |", "| " + " | ".join("---" for _ in head) + " |",
+            *("| " + " | ".join(cells) + " |" for cells in body)]
+
+
+def long_table(rows: list[dict], long: dict) -> list[str]:
+    cfg = long["config"]
+    body = [[r["rule"], _setting(r), "n/a" if r["speed_spent"] is None else f"{r['speed_spent']:.2f}",
+             "n/a" if r["long_spent"] is None else f"{r['long_spent']:.2f}",
+             "n/a" if r["long_accept_length"] is None else f"{r['long_accept_length']:.2f}",
+             "reference" if r["arm"] == "strict" else _fmt_ci(r["long_prompt_speedup"], r["long_prompt_speedup_ci"]),
+             _fmt_ci(r["long_rounds_ratio"], None)] for r in rows if r["arm"] != "strict-rerun"]
+    return [f"Long fixed work: {cfg['num_prompts']} prompts x {cfg['max_new_tokens']} tokens at concurrency "
+            f"{cfg.get('concurrency')}, {long['complete']['passes']} of {long['complete']['planned']} passes.", "",
+            *_table(["rule", "setting", "spent/req, short run (nats)", "spent/req, long run (nats)", "accept len",
+                     "per-prompt tok/s vs strict [95% CI]", "verify rounds, strict / rule"], body)]
+
+
+def equal_spend_table(pairs: list[dict], speeds: dict[str, Optional[dict]]) -> list[str]:
+    names = [n for n, sp in speeds.items() if sp]
+    body = []
+    for e in pairs:
+        body.append([f"asd_budget={e['asd_value']:g} ({e['asd_spent']:.2f})",
+                     f"{e['rule']} {e['other_knob']}={e['other_value']:g} ({e['other_spent']:.2f})",
+                     str(e["scored_pairs"]), _fmt_ci(e["acc_delta"], e["acc_delta_ci"], 1, 100.0, True),
+                     "" if e["lost"] is None else f"{e['lost']}/{e['gained']}", _p(e["mcnemar_p"]),
+                     *(_fmt_ci(e[f"{n}_ratio"], e[f"{n}_ratio_ci"]) for n in names)])
+    return ["At equal spend: each asd setting against the nearest-spending setting of each ledger-free rule "
+            "(spent nats per request at natural stop in brackets); Δ accuracy is asd's minus the other rule's, "
+            "paired by item; lost/gained counts items the other got right and asd wrong, and the reverse; "
+            "tok/s is asd's over the other's, paired by round and prompt.", "",
+            *_table(["asd (spent)", "ledger-free rule (spent)", "pairs", "Δ accuracy, asd - other, pp [95% CI]",
+                     "lost/gained", "McNemar p", *(f"tok/s asd / other, {n} [95% CI]" for n in names)], body)]
+
+
+def markdown(rows: list[dict], audit: dict, speed: Optional[dict], long: Optional[dict] = None,
+             pairs: Optional[list[dict]] = None, speeds: Optional[dict] = None) -> str:
+    head = ("| rule | setting | n (GSM8K) | accuracy | Δ accuracy vs strict, pp [95% CI] | lost/gained | McNemar p | "
             "differs from strict | spent/req, natural stop (nats) | accept len | tok/s vs strict [95% CI] | "
             "per-prompt tok/s vs strict [95% CI] | tokens per CPU-s vs strict | verify rounds, strict / rule |")
     lines = [head, "| " + " | ".join("---" for _ in head.split("|")[1:-1]) + " |"]
     for r in rows:
-        setting = "reference" if r["arm"] == "strict" else ("strict again" if r["arm"] == "strict-rerun"
-                                                             else f"{r['knob']}={r['value']:g}")
         acc = "n/a" if r["accuracy"] is None else f"{r['accuracy']:.3f}"
         delta = "reference" if r["arm"] == "strict" else _fmt_ci(r["acc_delta"], r["acc_delta_ci"], 1, 100.0, True)
         lg = "" if r["lost"] is None else f"{r['lost']}/{r['gained']}"
-        lines.append(" | ".join(["", r["rule"], setting, str(r["n"]), acc, delta, lg,
+        lines.append(" | ".join(["", r["rule"], _setting(r), str(r["n"]), acc, delta, lg,
+                                 "" if r["arm"] == "strict" else _p(r["mcnemar_p"]),
                                  "n/a" if r["divergence"] is None else f"{r['divergence']:.2f}",
                                  "n/a" if r["spent"] is None else f"{r['spent']:.2f}",
                                  "n/a" if r["accept_length"] is None else f"{r['accept_length']:.2f}",
@@ -107,54 +203,81 @@ def markdown(rows: list[dict], audit: dict, speed: Optional[dict]) -> str:
           f"Speed: {speed['complete']['passes']} of {speed['complete']['planned']} passes."
           if speed else "Speed: not run yet (tok/s columns n/a; the plot's x is the accept length ratio).", "",
           "\n".join(lines), ""]
+    if long:
+        md += [*long_table(rows, long), ""]
+    if pairs:
+        md += [*equal_spend_table(pairs, speeds or {}), ""]
     return "\n".join(md)
 
 
-def plot(rows: list[dict], out_png: Path, have_speed: bool) -> None:
+def _errs(ys: list[float], cis: list, scale: float = 1.0) -> list[list[float]]:
+    """Matplotlib's asymmetric error bars from (value, interval) pairs; no interval, no bar."""
+    lo = [max(0.0, y - scale * ci[0]) if ci and None not in ci else 0.0 for y, ci in zip(ys, cis)]
+    hi = [max(0.0, scale * ci[1] - y) if ci and None not in ci else 0.0 for y, ci in zip(ys, cis)]
+    return [lo, hi]
+
+
+def _curve(ax, line: list[dict], x: str, y: str, rule: str, yscale: float = 1.0, xci: Optional[str] = None,
+           yci: Optional[str] = None) -> None:
+    """One rule's settings, in spend order, as a line with the intervals it has; each point named by its knob."""
+    xs, ys = [r[x] for r in line], [yscale * r[y] for r in line]
+    ax.errorbar(xs, ys, xerr=_errs(xs, [r[xci] for r in line]) if xci else None,
+                yerr=_errs(ys, [r[yci] for r in line], yscale) if yci else None,
+                fmt="-o", color=COLORS[rule], ms=5, capsize=3, lw=1.2, label=rule)
+    for px, py, r in zip(xs, ys, line):
+        ax.annotate(f"{r['value']:g}", (px, py), textcoords="offset points", xytext=(4, 4), fontsize=7,
+                    color=COLORS[rule])
+
+
+def plot(rows: list[dict], out_png: Path) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, (left, right, bought) = plt.subplots(1, 3, figsize=(17.0, 4.8), dpi=120)
-    # With a speed run, x is strict's verify rounds over the rule's at fixed work: the speed-up its
-    # accepted tokens allow. The measured tok/s ratio (in the table) carries the machine's timing noise,
-    # several per cent per pass on a shared 2-core host, more than the differences between rules.
-    xkey = "rounds_ratio" if have_speed else "accept_ratio"
+    have_long = any(r["long_prompt_speedup"] for r in rows)
+    fig, axes = plt.subplots(1, 4 if have_long else 3, figsize=(22.0 if have_long else 17.0, 4.8), dpi=120)
+    speedup, spend, bought = axes[:3]
+    # x: tok/s against strict per prompt, with its interval, once a speed run has it; before that the
+    # noise-free stand-in (strict's verify rounds over the rule's at fixed work), or the accept length.
+    if any(r["prompt_speedup"] for r in rows):
+        xkey, xci, xlabel = "prompt_speedup", "prompt_speedup_ci", "tok/s vs strict (fixed work, per prompt, 95% CI)"
+    elif any(r["rounds_ratio"] for r in rows):
+        xkey, xci, xlabel = "rounds_ratio", None, "speed-up allowed: strict's verify rounds / rule's (fixed work)"
+    else:
+        xkey, xci, xlabel = "accept_ratio", None, "accept length vs strict (no speed run yet)"
     for rule in RULES:
-        line = sorted((r for r in rows if r["rule"] == rule and r["spent"] is not None and r["accept_ratio"]),
-                      key=lambda r: r["spent"])
-        if line:  # strict spends nothing and is the accept-length reference: every curve starts at (0, 1)
-            bought.plot([0.0] + [r["spent"] for r in line], [1.0] + [r["accept_ratio"] for r in line], "-o",
-                        color=COLORS[rule], ms=5, lw=1.2, label=rule)
-            for r in line:
-                bought.annotate(f"{r['value']:g}", (r["spent"], r["accept_ratio"]), textcoords="offset points",
-                                xytext=(4, 4), fontsize=7, color=COLORS[rule])
-        pts = [r for r in rows if r["rule"] == rule and r["acc_delta"] is not None]
-        for ax, key in ((left, xkey), (right, "spent")):
-            line = sorted((r for r in pts if r[key] is not None), key=lambda r: r[key])
-            if not line:
-                continue
-            xs = [r[key] for r in line]
-            ys = [100.0 * r["acc_delta"] for r in line]
-            yerr = [[max(0.0, y - 100.0 * r["acc_delta_ci"][0]) for y, r in zip(ys, line)],
-                    [max(0.0, 100.0 * r["acc_delta_ci"][1] - y) for y, r in zip(ys, line)]]
-            ax.errorbar(xs, ys, yerr=yerr, fmt="-o", color=COLORS[rule], ms=5, capsize=3, lw=1.2, label=rule)
-            for x, y, r in zip(xs, ys, line):
-                ax.annotate(f"{r['value']:g}", (x, y), textcoords="offset points", xytext=(4, 4), fontsize=7,
-                            color=COLORS[rule])
-    for ax in (left, right):
+        mine = sorted((r for r in rows if r["rule"] == rule and r["spent"] is not None), key=lambda r: r["spent"])
+        # strict spends nothing and is the accept-length reference: every curve starts at (0, 1)
+        line = [{"spent": 0.0, "accept_ratio": 1.0, "value": 0}] + [r for r in mine if r["accept_ratio"]]
+        if len(line) > 1:
+            _curve(bought, line, "spent", "accept_ratio", rule)
+        scored = [r for r in mine if r["acc_delta"] is not None]
+        if [r for r in scored if r[xkey] is not None]:
+            _curve(speedup, [r for r in scored if r[xkey] is not None], xkey, "acc_delta", rule, 100.0, xci,
+                   "acc_delta_ci")
+        if scored:
+            _curve(spend, scored, "spent", "acc_delta", rule, 100.0, None, "acc_delta_ci")
+        longs = sorted((r for r in mine if r["long_spent"] is not None and r["long_prompt_speedup"]),
+                       key=lambda r: r["long_spent"])
+        if have_long and longs:
+            _curve(axes[3], longs, "long_spent", "long_prompt_speedup", rule, yci="long_prompt_speedup_ci")
+    for ax in (speedup, spend):
         ax.axhline(0.0, color="grey", lw=0.8, ls="--")
         ax.set_ylabel("GSM8K accuracy vs strict (pp, paired 95% CI)")
-        ax.legend(fontsize=8)
-    left.axvline(1.0, color="grey", lw=0.8, ls="--")
-    left.set_xlabel("speed-up allowed: strict's verify rounds / rule's (fixed work)" if have_speed
-                    else "accept length vs strict (no speed run yet)")
-    right.set_xlabel("regret spent per request at natural stop (nats)")
+    speedup.axvline(1.0, color="grey", lw=0.8, ls="--")
+    speedup.set_xlabel(xlabel)
+    spend.set_xlabel("regret spent per request at natural stop (nats)")
     bought.set_xlabel("regret spent per request at natural stop (nats)")
     bought.set_ylabel("accept length vs strict (natural stop)")
     bought.axhline(1.0, color="grey", lw=0.8, ls="--")
-    bought.legend(fontsize=8)
+    if have_long:
+        axes[3].axhline(1.0, color="grey", lw=0.8, ls="--")
+        axes[3].set_xlabel("regret spent per request, long fixed work (nats)")
+        axes[3].set_ylabel("tok/s vs strict, long fixed work (per prompt, 95% CI)")
+    for ax in axes:
+        if ax.get_legend_handles_labels()[0]:
+            ax.legend(fontsize=8)
     n = max((r["pairs"] or 0 for r in rows), default=0)
     fig.suptitle(f"Acceptance rules on Qwen2.5-Coder 1.5B + 0.5B (STANDALONE, CPU), GSM8K n={n} per setting")
     fig.tight_layout()
@@ -165,17 +288,22 @@ def plot(rows: list[dict], out_png: Path, have_speed: bool) -> None:
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--audit", type=Path, required=True)
-    p.add_argument("--speed", type=Path)
+    p.add_argument("--speed", type=Path, help="the fixed-work speed run's speed.json")
+    p.add_argument("--speed-long", type=Path, help="the long fixed-work speed run's speed.json")
     p.add_argument("--out", type=Path, required=True)
     args = p.parse_args(argv)
     audit = json.loads(args.audit.read_text())
-    speed = json.loads(args.speed.read_text()) if args.speed and args.speed.exists() else None
-    rows = rows_of(audit, speed)
+    load = lambda path: json.loads(path.read_text()) if path and path.exists() else None  # noqa: E731
+    speed, long = load(args.speed), load(args.speed_long)
+    rows = rows_of(audit, speed, long)
+    speeds = {"short": speed, "long": long}
+    pairs = equal_spend(rows, audit_records(args.audit), speeds)
     args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "ablation.json").write_text(json.dumps({"rows": rows, "audit_complete": audit["complete"],
-                                                        "speed_complete": (speed or {}).get("complete")}, indent=1))
-    (args.out / "ablation.md").write_text(markdown(rows, audit, speed))
-    plot(rows, args.out / "frontier_rules.png", have_speed=bool(speed) and any(r["rounds_ratio"] for r in rows))
+    (args.out / "ablation.json").write_text(json.dumps(
+        {"rows": rows, "equal_spend": pairs, "audit_complete": audit["complete"],
+         "speed_complete": (speed or {}).get("complete"), "long_complete": (long or {}).get("complete")}, indent=1))
+    (args.out / "ablation.md").write_text(markdown(rows, audit, speed, long, pairs, speeds))
+    plot(rows, args.out / "frontier_rules.png")
     print((args.out / "ablation.md").read_text())
     return 0
 

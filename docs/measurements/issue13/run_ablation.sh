@@ -90,5 +90,5 @@ speed_repeat 1
 for r in $(seq 2 "${SPEED_REPEATS:-3}"); do speed_repeat "$r"; done
 
 "$PY" docs/measurements/issue13/ablation.py --audit "$OUT/audit/audit.json" --speed "$OUT/speed/speed.json" \
-    --out "$OUT/report" >>"$OUT/report.log" 2>&1 && log "report: $OUT/report/ablation.md"
+    --speed-long "$OUT/speed_long/speed.json" --out "$OUT/report" >>"$OUT/report.log" 2>&1 && log "report: $OUT/report/ablation.md"
 log "run_ablation.sh finished"
