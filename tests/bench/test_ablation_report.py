@@ -72,6 +72,10 @@ def test_equal_spend_pairs_each_asd_setting_with_the_nearest_spending_rule(fake_
         diffs = [correct[(e["asd"], t)] - correct[(e["other"], t)] for t in tags]
         assert e["scored_pairs"] == 8 and abs(e["acc_delta"] - sum(diffs) / len(diffs)) < 1e-12
         assert (e["lost"], e["gained"]) == (diffs.count(-1), diffs.count(1))
+    # the worst requests' spend, from the receipts
+    for arm in ("asd1", "asd8", "local0.5", "local1"):
+        spent = sorted(i["receipt"]["spent"] for i in items if i.get("kind") == "item" and i["arm"] == arm)
+        assert len(spent) == 8 and rows[arm]["spent_max"] == spent[-1] and spent[0] <= rows[arm]["spent_p90"] <= spent[-1]
     # tok/s: asd over the other per round and prompt, geometric mean over prompts, in each run
     for name, run in (("short", "speed"), ("long", "long")):
         rates = _round_prompt_rates(tmp_path / run)

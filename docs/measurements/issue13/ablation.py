@@ -6,7 +6,8 @@
 Per rule and setting (an arm sends ``asd_rule`` and the rule's knob, ``sglang_asd.bench.arms.rule_arms``):
 accept length, tokens/s against strict with its interval, the CPU-normalised ratio and strict's verify
 rounds over the rule's (speed run, fixed work), spent regret per request, divergence from strict and the
-GSM8K accuracy change with its paired 95% interval and McNemar's exact p (audit run, natural stop).
+GSM8K accuracy change with its paired 95% interval and McNemar's exact p (audit run, natural stop), and
+the spend of the worst requests (90th percentile and maximum over the audit's requests).
 
 The long fixed-work run (``--speed-long``: longer outputs, where a request's budget binds) gets its own
 table: spent regret per request there beside the short run's, and tok/s against strict per prompt.
@@ -32,7 +33,7 @@ import sys
 from pathlib import Path
 from typing import Optional
 
-from sglang_asd.bench import audit_summary, speed_summary
+from sglang_asd.bench import audit_summary, speed_summary, stats
 from sglang_asd.bench.audit import LOG_KIND, LOG_NAME, items_of
 from sglang_asd.bench.runlog import read_log
 from sglang_asd.bench.sampling import seed_of
@@ -60,7 +61,15 @@ def _fmt_ci(value, ci, digits=3, scale=1.0, signed=False) -> str:
     return text
 
 
-def rows_of(audit: dict, speed: Optional[dict], long: Optional[dict] = None) -> list[dict]:
+def spend_tail(records: list[dict]) -> tuple[Optional[float], Optional[float]]:
+    """(90th percentile, maximum) of the spent regret per request over an arm's answered items: the
+    worst requests, where a request ledger and a per-block rule part ways at equal mean spend."""
+    spent = [r["receipt"]["spent"] for r in records if r.get("ok") and (r.get("receipt") or {}).get("spent") is not None]
+    return (stats.percentile(spent, 90), max(spent)) if spent else (None, None)
+
+
+def rows_of(audit: dict, speed: Optional[dict], long: Optional[dict] = None,
+            records: Optional[dict[str, list[dict]]] = None) -> list[dict]:
     fields = {a["label"]: a["fields"] for a in audit["config"]["arms"]}
     speed_rows = {r["arm"]: r for r in (speed or {}).get("arms", [])}
     long_rows = {r["arm"]: r for r in (long or {}).get("arms", [])}
@@ -78,6 +87,7 @@ def rows_of(audit: dict, speed: Optional[dict], long: Optional[dict] = None) -> 
             "acc_delta": r.get("acc_delta"), "acc_delta_ci": r.get("acc_delta_ci"),
             "lost": r.get("lost"), "gained": r.get("gained"), "mcnemar_p": r.get("mcnemar_p"),
             "divergence": r.get("divergence_share"), "spent": r.get("spent_mean"),
+            **dict(zip(("spent_p90", "spent_max"), spend_tail((records or {}).get(r["arm"], [])))),
             "accept_length": r.get("accept_length"),
             "accept_ratio": (r["accept_length"] / strict_accept) if r.get("accept_length") and strict_accept else None,
             "speedup": s.get("speedup_median"), "speedup_ci": s.get("speedup_ci"),
@@ -183,7 +193,7 @@ def equal_spend_table(pairs: list[dict], speeds: dict[str, Optional[dict]]) -> l
 def markdown(rows: list[dict], audit: dict, speed: Optional[dict], long: Optional[dict] = None,
              pairs: Optional[list[dict]] = None, speeds: Optional[dict] = None) -> str:
     head = ("| rule | setting | n (GSM8K) | accuracy | Δ accuracy vs strict, pp [95% CI] | lost/gained | McNemar p | "
-            "differs from strict | spent/req, natural stop (nats) | accept len | tok/s vs strict [95% CI] | "
+            "differs from strict | spent/req, natural stop (nats) | spent p90 / max | accept len | tok/s vs strict [95% CI] | "
             "per-prompt tok/s vs strict [95% CI] | tokens per CPU-s vs strict | verify rounds, strict / rule |")
     lines = [head, "| " + " | ".join("---" for _ in head.split("|")[1:-1]) + " |"]
     for r in rows:
@@ -194,6 +204,7 @@ def markdown(rows: list[dict], audit: dict, speed: Optional[dict], long: Optiona
                                  "" if r["arm"] == "strict" else _p(r["mcnemar_p"]),
                                  "n/a" if r["divergence"] is None else f"{r['divergence']:.2f}",
                                  "n/a" if r["spent"] is None else f"{r['spent']:.2f}",
+                                 "n/a" if r["spent_max"] is None else f"{r['spent_p90']:.2f} / {r['spent_max']:.2f}",
                                  "n/a" if r["accept_length"] is None else f"{r['accept_length']:.2f}",
                                  _speedup_cell(r),
                                  _fmt_ci(r["prompt_speedup"], r["prompt_speedup_ci"]),
@@ -295,9 +306,10 @@ def main(argv=None) -> int:
     audit = json.loads(args.audit.read_text())
     load = lambda path: json.loads(path.read_text()) if path and path.exists() else None  # noqa: E731
     speed, long = load(args.speed), load(args.speed_long)
-    rows = rows_of(audit, speed, long)
+    records = audit_records(args.audit)
+    rows = rows_of(audit, speed, long, records)
     speeds = {"short": speed, "long": long}
-    pairs = equal_spend(rows, audit_records(args.audit), speeds)
+    pairs = equal_spend(rows, records, speeds)
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "ablation.json").write_text(json.dumps(
         {"rows": rows, "equal_spend": pairs, "audit_complete": audit["complete"],
