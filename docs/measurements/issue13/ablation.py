@@ -21,7 +21,8 @@ Writes ``ablation.md``, ``ablation.json`` and ``frontier_rules.png``: x = tok/s 
 prompt, 95% interval; strict's verify rounds over the rule's without a speed run's tok/s), y = accuracy
 change; x = spent regret per request, y = accuracy change; x = spent regret per request, y = accept
 length relative to strict's (what a nat of regret buys under each rule: item means, far less noisy than
-accuracy at small n); and with a long run, x = its spent regret per request, y = its tok/s against strict.
+accuracy at small n); and per speed run (fixed work, long), x = its spent regret per request, y = its tok/s
+against strict per prompt.
 Without a speed run the first panel's x is the accept length relative to strict's, and says so.
 """
 
@@ -246,9 +247,12 @@ def plot(rows: list[dict], out_png: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    have_speed = any(r["prompt_speedup"] and r["speed_spent"] is not None for r in rows)
     have_long = any(r["long_prompt_speedup"] for r in rows)
-    fig, axes = plt.subplots(1, 4 if have_long else 3, figsize=(22.0 if have_long else 17.0, 4.8), dpi=120)
+    extra = [k for k, on in (("speed", have_speed), ("long", have_long)) if on]
+    fig, axes = plt.subplots(1, 3 + len(extra), figsize=(17.0 + 5.2 * len(extra), 4.8), dpi=120)
     speedup, spend, bought = axes[:3]
+    panel = {k: axes[3 + i] for i, k in enumerate(extra)}
     # x: tok/s against strict per prompt, with its interval, once a speed run has it; before that the
     # noise-free stand-in (strict's verify rounds over the rule's at fixed work), or the accept length.
     if any(r["prompt_speedup"] for r in rows):
@@ -269,10 +273,10 @@ def plot(rows: list[dict], out_png: Path) -> None:
                    "acc_delta_ci")
         if scored:
             _curve(spend, scored, "spent", "acc_delta", rule, 100.0, None, "acc_delta_ci")
-        longs = sorted((r for r in mine if r["long_spent"] is not None and r["long_prompt_speedup"]),
-                       key=lambda r: r["long_spent"])
-        if have_long and longs:
-            _curve(axes[3], longs, "long_spent", "long_prompt_speedup", rule, yci="long_prompt_speedup_ci")
+        for key, x, y in (("speed", "speed_spent", "prompt_speedup"), ("long", "long_spent", "long_prompt_speedup")):
+            line = sorted((r for r in mine if r[x] is not None and r[y]), key=lambda r: r[x])
+            if key in panel and line:
+                _curve(panel[key], line, x, y, rule, yci=f"{y}_ci")
     for ax in (speedup, spend):
         ax.axhline(0.0, color="grey", lw=0.8, ls="--")
         ax.set_ylabel("GSM8K accuracy vs strict (pp, paired 95% CI)")
@@ -282,10 +286,11 @@ def plot(rows: list[dict], out_png: Path) -> None:
     bought.set_xlabel("regret spent per request at natural stop (nats)")
     bought.set_ylabel("accept length vs strict (natural stop)")
     bought.axhline(1.0, color="grey", lw=0.8, ls="--")
-    if have_long:
-        axes[3].axhline(1.0, color="grey", lw=0.8, ls="--")
-        axes[3].set_xlabel("regret spent per request, long fixed work (nats)")
-        axes[3].set_ylabel("tok/s vs strict, long fixed work (per prompt, 95% CI)")
+    for key, what in (("speed", "fixed work"), ("long", "long fixed work")):
+        if key in panel:
+            panel[key].axhline(1.0, color="grey", lw=0.8, ls="--")
+            panel[key].set_xlabel(f"regret spent per request, {what} (nats)")
+            panel[key].set_ylabel(f"tok/s vs strict, {what} (per prompt, 95% CI)")
     for ax in axes:
         if ax.get_legend_handles_labels()[0]:
             ax.legend(fontsize=8)
