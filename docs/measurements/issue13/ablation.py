@@ -69,6 +69,11 @@ def spend_tail(records: list[dict]) -> tuple[Optional[float], Optional[float]]:
     return (stats.percentile(spent, 90), max(spent)) if spent else (None, None)
 
 
+def _rounds_ratio(speed_row: dict) -> Optional[float]:
+    """Strict's verify rounds per request over the arm's in one speed run (fixed work)."""
+    return stats.ratio(speed_row.get("strict_verify_ct_mean"), speed_row.get("verify_ct_mean"))
+
+
 def rows_of(audit: dict, speed: Optional[dict], long: Optional[dict] = None,
             records: Optional[dict[str, list[dict]]] = None) -> list[dict]:
     fields = {a["label"]: a["fields"] for a in audit["config"]["arms"]}
@@ -96,13 +101,11 @@ def rows_of(audit: dict, speed: Optional[dict], long: Optional[dict] = None,
             "cpu_speedup": s.get("cpu_speedup_median"), "speed_spent": s.get("spent_mean"),
             # Fixed work: strict's verify rounds over the arm's. A round costs about the same whatever it
             # keeps, so this is the speed-up the accepted tokens allow, free of the machine's timing noise.
-            "rounds_ratio": (s["strict_verify_ct_mean"] / s["verify_ct_mean"])
-            if s.get("verify_ct_mean") and s.get("strict_verify_ct_mean") else None,
+            "rounds_ratio": _rounds_ratio(s),
             "speed_accept_length": s.get("accept_length"), "speed_repeats": s.get("repeats_n"),
             "long_spent": lg.get("spent_mean"), "long_accept_length": lg.get("accept_length"),
             "long_prompt_speedup": lg.get("prompt_speedup"), "long_prompt_speedup_ci": lg.get("prompt_speedup_ci"),
-            "long_rounds_ratio": (lg["strict_verify_ct_mean"] / lg["verify_ct_mean"])
-            if lg.get("verify_ct_mean") and lg.get("strict_verify_ct_mean") else None,
+            "long_rounds_ratio": _rounds_ratio(lg),
         })
     order = {r: i for i, r in enumerate(("strict", "strict-rerun") + RULES)}
     return sorted(out, key=lambda x: (order.get(x["rule"] if x["arm"] != "strict-rerun" else "strict-rerun", 9),
