@@ -235,6 +235,7 @@ def build_result(header: dict, records: list[dict], repeats: int, meta: Optional
     for r in rows:
         r["speedup_cell"] = repeats_cell(r.get("speedup_median"), r.get("speedup_ci"), r.get("repeats_n"))
         r["prompt_speedup_cell"] = report.fmt_ci(r.get("prompt_speedup"), r.get("prompt_speedup_ci"))
+        r["prompt_accept_cell"] = report.fmt_ci(r.get("prompt_accept_ratio"), r.get("prompt_accept_ratio_ci"))
         r["cpu_speedup_cell"] = repeats_cell(r.get("cpu_speedup_median"), r.get("cpu_speedup_ci"), r.get("repeats_n"))
     meta = {**logged_servers(records), **(meta or {})}
     return {

@@ -82,13 +82,23 @@ def round_of(index: int, arms_n: int) -> int:
     return index // arms_n
 
 
-def request_rates(p: dict) -> dict[tuple[str, int], float]:
-    """Per (prompt tag, seed): that request's output tokens / its latency (successful requests)."""
+def _per_request(p: dict, over: str) -> dict[tuple[str, int], float]:
     out = {}
     for r in p.get("requests", []):
-        if r.get("ok") and r.get("completion_tokens") and r.get("latency_s"):
-            out[(r["tag"], seed_of(r))] = r["completion_tokens"] / r["latency_s"]
+        if r.get("ok") and r.get("completion_tokens") and r.get(over):
+            out[(r["tag"], seed_of(r))] = r["completion_tokens"] / r[over]
     return out
+
+
+def request_rates(p: dict) -> dict[tuple[str, int], float]:
+    """Per (prompt tag, seed): that request's output tokens / its latency (successful requests)."""
+    return _per_request(p, "latency_s")
+
+
+def request_accept_lengths(p: dict) -> dict[tuple[str, int], float]:
+    """Per (prompt tag, seed): that request's output tokens / its verify rounds (``spec_verify_ct``),
+    its accept length; none for a request without verify rounds (plain decoding)."""
+    return _per_request(p, "spec_verify_ct")
 
 
 def position(p: dict) -> tuple:
@@ -211,13 +221,14 @@ def pairings(passes: list[dict], label: str, rounds: Optional[int] = None) -> tu
     return [((s,), c) for s, c in pairs], repeats
 
 
-def prompt_ratios(units: list[Unit]) -> dict[str, float]:
-    """Per prompt: geometric mean over its units and seeds of its (prompt, seed) request's tok/s over
-    the mean of the same (prompt, seed) request's tok/s in the unit's strict passes."""
+def prompt_ratios(units: list[Unit], per_request=request_rates) -> dict[str, float]:
+    """Per prompt: geometric mean over its units and seeds of its (prompt, seed) request's tok/s (or
+    another ``per_request`` value) over the mean of the same (prompt, seed) request's in the unit's
+    strict passes."""
     per_prompt: dict[str, list[float]] = {}
     for bases, cand in units:
-        base_rates = [request_rates(b) for b in bases]
-        for key, rate in request_rates(cand).items():
+        base_rates = [per_request(b) for b in bases]
+        for key, rate in per_request(cand).items():
             if all(key in b for b in base_rates):
                 per_prompt.setdefault(key[0], []).append(rate / stats.mean(b[key] for b in base_rates))
     return {tag: stats.geometric_mean(rs) for tag, rs in per_prompt.items()}
@@ -253,6 +264,7 @@ def arm_row(arm: Arm, passes: list[dict], seed: int = 0, rounds: Optional[int] =
     ratios, drifts = _against(repeats, lambda p: p["tok_s"])
     cpu_ratios, cpu_drifts = _against(repeats, _rate)
     per_prompt = prompt_ratios(pairs)
+    per_prompt_accept = prompt_ratios(pairs, request_accept_lengths)
     cands = [c for _, c in pairs]
     bases = [b for bs, _ in pairs for b in bs]
     return {
@@ -272,6 +284,8 @@ def arm_row(arm: Arm, passes: list[dict], seed: int = 0, rounds: Optional[int] =
         "strict_tok_s_median": stats.median(stats.mean(b["tok_s"] for b in bs) for bs, _ in repeats),
         "accept_length": _pooled(cands, "accept_length"),
         "strict_accept_length": _pooled(bases, "accept_length"),
+        "prompt_accept_ratio": stats.geometric_mean(per_prompt_accept.values()),
+        "prompt_accept_ratio_ci": stats.bootstrap_ci(list(per_prompt_accept.values()), "gmean", seed=seed),
         "verify_ct_mean": _pooled(cands, "verify_ct_mean"),
         "strict_verify_ct_mean": _pooled(bases, "verify_ct_mean"),
         "spent_mean": _pooled(cands, "spent_mean"),

@@ -118,6 +118,20 @@ def test_per_prompt_ratios_pair_each_prompt_and_seed_with_strict():
     assert speed_summary.prompt_ratios([((old_strict,), old_b8)]) == pytest.approx({"q0": 1.5})  # seedless logs
 
 
+def test_per_prompt_accept_lengths_pair_each_prompt_and_seed_with_strict():
+    def verified(arm, rounds):  # 12 tokens per request over rounds[(tag, seed)] verify rounds
+        return {"arm": arm, "requests": [{"tag": t, "seed": s, "ok": True, "completion_tokens": 12, "latency_s": 1.0,
+                                          "spec_verify_ct": n} for (t, s), n in rounds.items()]}
+    strict = verified("strict", {("q0", 0): 6, ("q0", 1): 4, ("q1", 0): 4, ("q1", 1): 3})
+    b8 = verified("b8", {("q0", 0): 3, ("q0", 1): 4, ("q1", 0): 4, ("q1", 1): 4})
+    ratios = speed_summary.prompt_ratios([((strict,), b8)], speed_summary.request_accept_lengths)
+    # q0: accept length 2 -> 4 and 3 -> 3; q1: 3 -> 3 and 4 -> 3
+    assert ratios == pytest.approx({"q0": 2 ** 0.5, "q1": 0.75 ** 0.5})
+    plain = {"arm": "plain", "requests": [{"tag": "q0", "seed": 0, "ok": True, "completion_tokens": 12,
+                                           "latency_s": 1.0, "spec_verify_ct": None}]}
+    assert speed_summary.prompt_ratios([((strict,), plain)], speed_summary.request_accept_lengths) == {}
+
+
 def _item(arm, tag, seed, correct, tokens=10, task="gsm8k"):
     return {"arm": arm, "task": task, "tag": tag, "seed": seed, "ok": True, "correct": correct,
             "completion_tokens": tokens, "hash": f"{correct}{tokens}", "text": str(correct), "fields": {}}
