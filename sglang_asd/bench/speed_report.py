@@ -16,14 +16,15 @@ COLUMNS = (
     ("prompt_speedup_cell", "per-prompt tok/s vs strict [95% CI, prompts]"), ("prompts_n", "prompts"),
     ("vs_plain", "tok/s vs plain"), ("drift_median", "baseline drift (median)"), ("tok_s_median", "tok/s"),
     ("cpu_speedup_cell", "tokens per server CPU-s vs strict [95% CI, repeats]"),
-    ("accept_length", "accept len"),
-    ("prompt_accept_cell", "per-prompt accept len vs strict [95% CI, prompts]"), ("verify_ct_mean", "verify rounds/req"), ("spent_mean", "spent/req (nats)"),
+    ("accept_length", "accept len"), ("prompt_accept_cell", "per-prompt accept len vs strict [95% CI, prompts]"),
+    ("verify_ct_mean", "verify rounds/req"), ("spent_mean", "spent/req (nats)"),
     ("applied_share", "ASD applied"), ("errors", "errors"),
 )
 CSV_COLUMNS = ("arm", "budget", "fields", "repeats_n", "rounds_n", "speedup_median", "speedup_ci", "prompts_n", "prompt_speedup",
                "prompt_speedup_ci", "vs_plain", "drift_median", "drift_max", "tok_s_median", "strict_tok_s_median",
                "cpu_speedup_median", "cpu_speedup_ci", "cpu_drift_median", "cpu_s_per_token_median",
-               "accept_length", "strict_accept_length", "prompt_accept_ratio", "prompt_accept_ratio_ci", "verify_ct_mean", "strict_verify_ct_mean", "spent_mean",
+               "accept_length", "strict_accept_length", "prompt_accept_ratio", "prompt_accept_ratio_ci",
+               "verify_ct_mean", "strict_verify_ct_mean", "spent_mean",
                "exceptions_mean", "applied_share", "errors", "fixed_work_ok")
 
 

@@ -28,7 +28,8 @@ From the paired units either way:
   (``sampling``) pairs each (prompt, seed) request with strict's of the same prompt and seed, and a
   prompt's ratio is the geometric mean over its seeds and units: the interval still resamples
   prompts, since two samples of one prompt are not independent. Requests logged without a seed
-  (greedy, older logs) are seed 0;
+  (greedy, older logs) are seed 0. ``prompt_accept_ratio`` pairs and averages each request's accept
+  length (tokens / verify rounds) the same way;
 - CPU ratio = the same quotient in tokens per CPU-second of the serving processes (launched
   servers only: ``cpu_s_per_token`` of each pass). Other work on a shared machine stretches wall
   time far more than it changes the CPU time a server needs per token, so this ratio is the
@@ -51,7 +52,7 @@ still (``stall_s`` above the ``max_stall_s`` logged with it).
 
 from __future__ import annotations
 
-from typing import Optional
+from typing import Callable, Optional
 
 from sglang_asd.bench import stats
 from sglang_asd.bench.arms import PLAIN, STRICT, Arm, describe
@@ -221,16 +222,19 @@ def pairings(passes: list[dict], label: str, rounds: Optional[int] = None) -> tu
     return [((s,), c) for s, c in pairs], repeats
 
 
-def prompt_ratios(units: list[Unit], per_request=request_rates) -> dict[str, float]:
+PerRequest = Callable[[dict], dict[tuple[str, int], float]]
+
+
+def prompt_ratios(units: list[Unit], per_request: PerRequest = request_rates) -> dict[str, float]:
     """Per prompt: geometric mean over its units and seeds of its (prompt, seed) request's tok/s (or
     another ``per_request`` value) over the mean of the same (prompt, seed) request's in the unit's
     strict passes."""
     per_prompt: dict[str, list[float]] = {}
     for bases, cand in units:
-        base_rates = [per_request(b) for b in bases]
-        for key, rate in per_request(cand).items():
-            if all(key in b for b in base_rates):
-                per_prompt.setdefault(key[0], []).append(rate / stats.mean(b[key] for b in base_rates))
+        base_values = [per_request(b) for b in bases]
+        for key, value in per_request(cand).items():
+            if all(key in b for b in base_values):
+                per_prompt.setdefault(key[0], []).append(value / stats.mean(b[key] for b in base_values))
     return {tag: stats.geometric_mean(rs) for tag, rs in per_prompt.items()}
 
 
