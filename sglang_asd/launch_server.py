@@ -66,7 +66,7 @@ def demo_args() -> list[str]:
 
     SGLang's NGRAM drafts (its defaults: 12 draft tokens, trees up to 10 wide) cost no draft
     forward, which is what lets speculation beat plain decoding of the same model on a CPU: a model
-    draft of this 135M target costs as much as the target (docs/BENCHMARKS.md, the embedded demo;
+    draft of this 135M target costs as much as the target (docs/measurements/issue12/NOTES.md, the SmolLM2 self-draft demo;
     ``server_configs/cpu_demo.yaml`` keeps that STANDALONE self-draft)."""
     return ["--model-path", "fixture:smollm2-135m", "--speculative-algorithm", "NGRAM"]
 

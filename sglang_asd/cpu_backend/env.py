@@ -4,7 +4,7 @@
   ``native`` on a CPU with bf16 instructions, AVX-512 BF16 or AMX, whose bf16 kernel is the faster
   one, else ``fp32-accumulate``), ``fp32-accumulate`` (a bf16/fp16 weight widened to float32 once)
   or ``native`` (torch's bf16 kernel). Both run bf16 linear layers with float32 accumulation, in
-  another summation order; figures in docs/BENCHMARKS.md ("Where a round's time goes on CPU").
+  another summation order; figures in docs/measurements/cpu_round_profile/NOTES.md.
 - ``SGLANG_ASD_CPU_ATTENTION``: the stand-in attention's kernel (``attention_core.py``), ``fused``
   (default: torch's ``scaled_dot_product_attention`` over the pool's dtype) or ``reference``
   (every step in float32). They differ in the last bits of a bf16 attention output.
