@@ -1,4 +1,4 @@
-# Shared by the measurement chains (issue12/run_all.sh, issue13/run_ablation.sh): source it, then
+# Shared by the measurement chains (docs/measurements/*/run*.sh): source it, then
 # `chain_setup OUT_NAME LOG_NAME`.
 #
 # chain_setup OUT_NAME LOG_NAME: REPO = this checkout (a frozen worktree works: edits in the main
