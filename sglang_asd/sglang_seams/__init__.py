@@ -158,7 +158,22 @@ def install_cpu_path_hooks() -> list[tuple[str, Callable]]:
         check_own(drafters, "the CPU block-drafter")
         block_drafters.add_draft_backend()
         _check_draft_backend()
+        install_chain_sampling()
     return hooks + drafters
+
+
+def install_chain_sampling() -> None:
+    """Scheduler on CPU (ASD and stock servers): the block drafters' sampling accept
+    (``cpu_backend/seams/chain_sampling.py``: sampled as on a GPU with ``SGLANG_ASD_CPU_SAMPLING=on``,
+    greedily as SGLang's CPU path verifies EAGLE without it), applied and checked."""
+    from sglang_asd.cpu_backend.seams import chain_sampling
+
+    if not chain_sampling.wanted():
+        return
+    chain_sampling.apply()
+    if missing := chain_sampling.missing():
+        raise HookNotInstalled("sglang_asd: the CPU sampling accept of DSPARK/DFLASH is not in place, refusing to "
+                               "serve (a sampled request would stop the scheduler): " + ", ".join(missing))
 
 
 def install_cpu_sampling() -> bool:
