@@ -463,7 +463,8 @@ def build_parser() -> argparse.ArgumentParser:
     tgt = p.add_argument_group("target (default: --max-accuracy-drop 1 with references, else --min-agreement 0.95)")
     tgt.add_argument("--max-accuracy-drop", type=float, help="accuracy points a setting may lose against strict")
     tgt.add_argument("--min-agreement", type=float, help="share of prompts that must keep strict's final answer")
-    tgt.add_argument("--max-length-change", type=float, help="largest change of total length against strict (0.03 = 3%%)")
+    tgt.add_argument("--max-length-change", type=float,
+                     help="largest change of total length against strict (0.03 = 3%%)")
     tgt.add_argument("--confidence", type=float, default=0.95, help="level of every interval (default 0.95)")
     run_ = p.add_argument_group("run")
     run_.add_argument("--max-new-tokens", type=int, help="natural-stop cap (default: each task's; --prompts: "

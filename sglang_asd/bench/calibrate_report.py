@@ -93,8 +93,8 @@ def markdown(result: dict) -> str:
         lines += ["", quick_markdown(result["quick"])]
     else:
         lines.append(f"- target: {result['targets_text']}")
-        lines += ["", report.markdown_table(result["rows"], COLUMNS), "## Recommendation", "", result["recommendation"]["why"]
-                  + ".", ""]
+        lines += ["", report.markdown_table(result["rows"], COLUMNS), "## Recommendation", "",
+                  result["recommendation"]["why"] + ".", ""]
         rec = result.get("settings")
         if rec:
             lines += ["Server flags (`python -m sglang_asd.launch_server ...`):", "", "```", rec["flags"], "```", "",
