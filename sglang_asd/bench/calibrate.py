@@ -192,7 +192,8 @@ def fingerprint(args: argparse.Namespace, arms: list[Arm], prompts: list[dataset
 
 
 def probe_arm(budget: float) -> Arm:
-    return Arm(PROBE_LABEL, {"asd_budget": budget, "asd_max_exceptions_per_block": 1})
+    """The quick recipe's probe: the asd rule, one exception per block, a budget far above one regret."""
+    return Arm(PROBE_LABEL, {"asd_budget": budget, "asd_rule": "asd", "asd_max_exceptions_per_block": 1})
 
 
 def suffix_depth(info: dict) -> Optional[int]:
@@ -494,6 +495,9 @@ def main(argv: Optional[list[str]] = None) -> int:
             value = getattr(args, name)
             if value is not None and value < 1:
                 raise ValueError(f"--{name.replace('_', '-')} must be >= 1, got {value}")
+        if args.quick and not args.sampling.greedy:
+            raise ValueError("--quick reads greedy regrets from receipts; a sampled request's receipt carries KL "
+                             "charges instead: drop --temperature")
         if args.probe_budget <= 0 or not math.isfinite(args.probe_budget):
             raise ValueError(f"--probe-budget must be a finite number > 0, got {args.probe_budget}")
         if args.report_only:
