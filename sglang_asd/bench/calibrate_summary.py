@@ -287,11 +287,18 @@ def recommend(rows: list[dict], targets: Targets) -> dict:
     if best is not None and best["speed"] > 1.0:
         why = (f"{best['arm']} is the fastest setting whose intervals meet the target "
                f"({best['speed']:.3f}x strict's tok/s at fixed work)")
+        if best.get("speed_ci") and best["speed_ci"][0] <= 1.0:
+            why += f"; its speed interval [{best['speed_ci'][0]:.3f}, {best['speed_ci'][1]:.3f}] still holds 1"
         close = [v["arm"] for v in qualified if v is not best and _overlap(v.get("speed_ci"), best.get("speed_ci"))]
         if close:
             why += (f"; its speed interval overlaps {', '.join(close)}'s, which also meet it: more repeats or "
                     "prompts would settle which is faster")
         return {"arm": best["arm"], "found": True, "why": why, "settings": verdicts}
+    unmeasured = [v["arm"] for v in verdicts if v["meets"] and v["speed"] is None]
+    if unmeasured:
+        return {"arm": STRICT, "found": False, "settings": verdicts,
+                "why": f"{', '.join(unmeasured)} meet(s) the target but the speed phase has not measured them yet "
+                       "(--resume completes it): no recommendation before that"}
     if best is not None:
         why = (f"the settings that meet the target are no faster than strict (best: {best['arm']}, "
                f"{best['speed']:.3f}x): keep budget 0")

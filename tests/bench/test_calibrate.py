@@ -305,3 +305,11 @@ def test_calibrate_end_to_end_on_a_tiny_cpu_server(servers, tmp_path):
     if q["values"]:
         assert q["fields"]["asd_max_exceptions_per_block"] == 1 and q["budget"] == pytest.approx(3 * q["gate"])
     assert "does not measure" in (quick / "calibrate.md").read_text()
+
+
+def test_no_recommendation_before_the_speed_of_a_qualifying_setting_is_measured():
+    items = _items(STRICT_ARM, 500) + _items(B2, 500)
+    quality = calibrate_summary.quality_rows(items, [STRICT_ARM, B2], 0.95)
+    rows = calibrate_summary.combine(quality, [], [STRICT_ARM, B2])
+    rec = calibrate_summary.recommend(rows, Targets(min_agreement=0.95))
+    assert rec["arm"] == "strict" and not rec["found"] and "speed phase has not measured" in rec["why"]
