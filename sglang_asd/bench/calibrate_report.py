@@ -135,26 +135,37 @@ def quick_markdown(q: dict) -> str:
 
 
 def plot(result: dict, out_png: Path) -> Path:
-    """Speed against quality, one point per setting with both intervals, the target dashed, the
-    recommendation circled: y = accuracy change (pp) where references exist, else agreement."""
+    """Speed against the quality the target names, one point per setting with both intervals, the
+    target dashed, the recommendation in red: y = accuracy change (points), agreement with strict or
+    length change, the first target given (accuracy where references exist, else agreement)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     rows = result["rows"]
+    t = result["targets"]
     scored = any(r.get("acc_delta") is not None for r in rows if r["arm"] != STRICT)
+    if t.get("max_accuracy_drop") is not None or (scored and t.get("min_agreement") is None
+                                                  and t.get("max_length_change") is None):
+        metric, scale, line, label = "acc_delta", 100.0, t.get("max_accuracy_drop"), "accuracy - strict's, points"
+        line = None if line is None else [-line]
+    elif t.get("min_agreement") is not None or t.get("max_length_change") is None:
+        metric, scale, line, label = "agreement", 1.0, t.get("min_agreement"), "share with strict's final answer"
+        line = None if line is None else [line]
+    else:
+        metric, scale, label = "length_change", 1.0, "total length / strict's - 1"
+        line = [-t["max_length_change"], t["max_length_change"]]
+    reference = {"acc_delta": 0.0, "agreement": 1.0, "length_change": 0.0}[metric]
     fig, ax = plt.subplots(figsize=(7.0, 4.8), dpi=120)
     drawn = 0
     for r in rows:
         x = r.get("speed") if r.get("speed") is not None else r.get("accept_ratio")
         if r["arm"] == STRICT:
-            y, yci = (0.0 if scored else 1.0), None
-        elif scored:
-            y = None if r.get("acc_delta") is None else 100 * r["acc_delta"]
-            yci = None if r.get("acc_delta_ci") is None else [100 * c for c in r["acc_delta_ci"]]
+            y, yci = reference, None
         else:
-            y, yci = r.get("agreement"), r.get("agreement_ci")
+            y = None if r.get(metric) is None else scale * r[metric]
+            yci = None if r.get(metric + "_ci") is None else [scale * c for c in r[metric + "_ci"]]
         if x is None or y is None:
             continue
         xci = r.get("speed_ci") if r["arm"] != STRICT else None
@@ -166,18 +177,15 @@ def plot(result: dict, out_png: Path) -> Path:
         ax.annotate(r["arm"] + (" (recommended)" if best else ""), (x, y), textcoords="offset points", xytext=(5, 5),
                     fontsize=8)
         drawn += 1
-    t = result["targets"]
-    if scored and t.get("max_accuracy_drop") is not None:
-        ax.axhline(-t["max_accuracy_drop"], color="tab:red", lw=0.8, ls="--", label="target")
-    if not scored and t.get("min_agreement") is not None:
-        ax.axhline(t["min_agreement"], color="tab:red", lw=0.8, ls="--", label="target")
+    for i, value in enumerate(line or []):
+        ax.axhline(value, color="tab:red", lw=0.8, ls="--",
+                   label="target" if i == 0 else None)
     if not drawn:
         ax.text(0.5, 0.5, "no measured points", ha="center", va="center", transform=ax.transAxes)
     ax.axvline(1.0, color="grey", lw=0.8, ls=":")
     level = f"{t['confidence']:.0%}"
     ax.set_xlabel(f"tokens/s vs strict at fixed work ({level} CI)")
-    ax.set_ylabel(f"accuracy - strict's, points ({level} CI)" if scored
-                  else f"share with strict's final answer ({level} CI)")
+    ax.set_ylabel(f"{label} ({level} CI)")
     ax.set_title("Choosing a budget: speed against quality, per setting")
     ax.grid(alpha=0.3)
     if ax.get_legend_handles_labels()[0]:

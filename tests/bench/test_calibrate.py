@@ -262,6 +262,9 @@ def test_calibrate_against_fake_server_stops_and_resumes_to_the_same_report(fake
     assert calibrate.main(["--report-only", "--out", str(whole), "--min-agreement", "0.5"]) == 0
     again = json.loads((whole / "calibrate.json").read_text())
     assert again["targets"]["min_agreement"] == 0.5 and again["targets"]["max_accuracy_drop"] is None
+    assert calibrate.main(["--report-only", "--out", str(whole), "--max-length-change", "0.5"]) == 0
+    again = json.loads((whole / "calibrate.json").read_text())
+    assert [c["name"] for c in again["recommendation"]["settings"][0]["criteria"]] == ["length"]
 
 
 # ---------------------------------------------------------------- against a real tiny CPU server
