@@ -250,7 +250,7 @@ def run(args: argparse.Namespace, arms: list[Arm], prompts: list[datasets.Prompt
         else:
             run_quality(args, log, arms, prompts, url, request)
             run_speed(args, log, arms, prompts, url, request, machine["id"], info)
-        return build_result(log.header, log.records, arms, prompts, source, targets, default_target, args, info)
+        return build_result(log.header, log.records, arms, targets, default_target, args, info)
 
 
 def cap_of(args: argparse.Namespace, p: datasets.Prompt) -> int:
@@ -381,8 +381,9 @@ def run_quick(args, log: RunLog, prompts, url: str, request, k: int) -> None:
 # ---------------------------------------------------------------- the report
 
 
-def build_result(header: dict, records: list[dict], arms: list[Arm], prompts: list[datasets.Prompt], source: str,
-                 targets: Targets, default_target: bool, args: argparse.Namespace, info: Optional[dict] = None) -> dict:
+def build_result(header: dict, records: list[dict], arms: list[Arm], targets: Targets, default_target: bool,
+                 args: argparse.Namespace, info: Optional[dict] = None) -> dict:
+    """The report of a run log, complete or not (``calibrate_summary`` for the figures)."""
     fp = header["fingerprint"]
     how = sampling.Sampling.of_fingerprint(fp)
     info = info if info is not None else logged_servers(records).get("server", fp.get("server"))
@@ -509,7 +510,7 @@ def main(argv: Optional[list[str]] = None) -> int:
             args.repeats = args.repeats or (plans[-1]["repeats"] if plans else 1)
             scored = any(r.get("correct") is not None for r in records if r.get("kind") == "item")
             targets, default = targets_of(args, scored)
-            result = build_result(header, records, arms, [], fp["source"], targets, default, args)
+            result = build_result(header, records, arms, targets, default, args)
         else:
             args.repeats = args.repeats or 1
             arms = ladder(args)
