@@ -115,7 +115,9 @@ def quick_markdown(q: dict) -> str:
            "strict rejection", ""]
     out.append(f"- prompts probed: {q['prompts']}; with a measured first rejection: {q['with_first_rejection']}; "
                f"no exception within the cap: {q['without_exception']}; regret 0 (a tie): {q['zero_regret']}; "
-               f"inconclusive: {q['inconclusive']}; K = {q['k']}; server gate: "
+               f"inconclusive: {q['inconclusive']}; K = {q['k']}"
+               + (f" (exceeded by {q['beyond_k']}: the server's depth is not the K it reports)" if q.get("beyond_k")
+                  else "") + "; server gate: "
                f"{', '.join(f'{g:g}' for g in q['server_gate']) or 'n/a'}")
     if q["ratio_q25"] is None:
         out.append("- no first rejection was measured: nothing to take a percentile of")

@@ -358,11 +358,12 @@ def probe_state(first: dict, searches: list[dict], k_max: int) -> dict:
     exception (at output position ``pos``, regret ``r``), admitted by the server's gate G, so
     ``r / q <= G``: q >= r / G. Sending the same request, cut at ``pos + 1`` tokens, with the gate
     r / q' (a hair above) admits that exception again iff q >= q' (the rule: r / q <= gate); the
-    largest admitted q' is q. A retest whose first event lands elsewhere (another trajectory)
-    makes the prompt inconclusive."""
+    largest admitted q' is q. The search runs up to ``k_max + 1``: an exception still admitted there
+    says the server's depth is not the K it reports, and ``beyond_k`` leaves the prompt out. A
+    retest whose first event lands elsewhere (another trajectory) makes the prompt inconclusive."""
     r, gate = first["regret"], first["gate"]
     lo = max(1, math.ceil(r / gate * (1 - 1e-4))) if gate else 1
-    hi = k_max
+    hi = k_max + 1
     for s in searches:
         if s.get("admitted") is None:
             return {"lo": lo, "hi": hi, "next": None, "inconclusive": True}
@@ -372,7 +373,9 @@ def probe_state(first: dict, searches: list[dict], k_max: int) -> dict:
             hi = min(hi, s["q"] - 1)
     if lo > hi:
         return {"lo": lo, "hi": hi, "next": None, "inconclusive": True}
-    return {"lo": lo, "hi": hi, "next": None if lo == hi else (lo + hi + 1) // 2, "inconclusive": False}
+    settled = lo == hi
+    return {"lo": lo, "hi": hi, "next": None if settled else (lo + hi + 1) // 2,
+            "inconclusive": settled and lo > k_max, "beyond_k": settled and lo > k_max}
 
 
 def search_gate(regret: float, q: int, server_gate: float) -> float:
@@ -392,7 +395,7 @@ def quick_recipe(probes: list[dict], searches: list[dict], k: int) -> dict:
     by_prompt: dict = {}
     for s in searches:
         by_prompt.setdefault((s["task"], s["tag"], seed_of(s)), []).append(s)
-    values, inconclusive, no_event, zero = [], 0, 0, 0
+    values, inconclusive, no_event, zero, beyond = [], 0, 0, 0, 0
     gates = set()
     for p in probes:
         if not p.get("ok"):
@@ -405,6 +408,9 @@ def quick_recipe(probes: list[dict], searches: list[dict], k: int) -> dict:
             zero += 1
             continue
         st = probe_state(p, by_prompt.get((p["task"], p["tag"], seed_of(p)), []), k)
+        if st.get("beyond_k"):
+            beyond += 1
+            continue
         if st["inconclusive"] or st["next"] is not None:
             inconclusive += 1
             continue
@@ -412,7 +418,7 @@ def quick_recipe(probes: list[dict], searches: list[dict], k: int) -> dict:
                        "ratio": p["regret"] / st["lo"]})
     q25 = stats.percentile([v["ratio"] for v in values], QUICK_PERCENTILE)
     return {"prompts": len(probes), "with_first_rejection": len(values), "without_exception": no_event,
-            "zero_regret": zero, "inconclusive": inconclusive, "k": k, "server_gate": sorted(gates),
+            "zero_regret": zero, "inconclusive": inconclusive, "beyond_k": beyond, "k": k, "server_gate": sorted(gates),
             "percentile": QUICK_PERCENTILE, "ratio_q25": q25, "values": values,
             "gate": q25, "budget": None if q25 is None else k * q25,
             "fields": None if q25 is None else {"asd_budget": round(k * q25, 4), "asd_gate": round(q25, 4),

@@ -160,13 +160,15 @@ def _search(tag, q, admitted):
 
 def test_suffix_value_search_narrows_to_the_largest_admitted_q():
     p = _probe("a", 0.3, gate=0.25)              # admitted at gate 0.25: q >= 0.3 / 0.25, so q >= 2
-    st = calibrate_summary.probe_state(p, [], 5)
-    assert (st["lo"], st["hi"], st["next"]) == (2, 5, 4)
+    st = calibrate_summary.probe_state(p, [], 5)       # up to K + 1, to catch a server deeper than it says
+    assert (st["lo"], st["hi"], st["next"]) == (2, 6, 4)
     st = calibrate_summary.probe_state(p, [_search("a", 4, False)], 5)
     assert (st["lo"], st["hi"], st["next"]) == (2, 3, 3)
     st = calibrate_summary.probe_state(p, [_search("a", 4, False), _search("a", 3, True)], 5)
     assert (st["lo"], st["hi"], st["next"]) == (3, 3, None)
     assert calibrate_summary.probe_state(p, [_search("a", 4, None)], 5)["inconclusive"]
+    deep = calibrate_summary.probe_state(p, [_search("a", 4, True), _search("a", 5, True), _search("a", 6, True)], 5)
+    assert deep["beyond_k"] and deep["next"] is None
     # the retest gate admits r at suffix value q and not at q - 1
     g = calibrate_summary.search_gate(0.3, 3, 0.25)
     assert 0.3 / 3 <= g < 0.3 / 2
@@ -175,9 +177,11 @@ def test_suffix_value_search_narrows_to_the_largest_admitted_q():
 def test_quick_recipe_is_the_25th_percentile_of_regret_per_suffix_value():
     probes = [_probe(f"p{i}", r) for i, r in enumerate((0.1, 0.4, 0.9, 1.6, 0.5))]
     searches = [_search("p0", 2, False), _search("p1", 2, True), _search("p1", 3, False), _search("p2", 3, True),
-                _search("p3", 2, True), _search("p3", 3, True), _search("p4", 2, None)]
-    probes += [_probe("none", None), _probe("tie", 0.0)]
+                _search("p2", 4, False), _search("p3", 2, True), _search("p3", 3, True), _search("p3", 4, False),
+                _search("p4", 2, None), _search("p5", 3, True), _search("p5", 4, True)]
+    probes += [_probe("none", None), _probe("tie", 0.0), _probe("p5", 0.2)]
     q = calibrate_summary.quick_recipe(probes, searches, 3)
+    assert q["beyond_k"] == 1                                # p5: admitted at suffix value 4 > K = 3
     ratios = sorted(v["ratio"] for v in q["values"])       # 0.1/1, 0.4/2, 0.9/3, 1.6/3; p4 inconclusive
     assert ratios == pytest.approx(sorted([0.1, 0.2, 0.3, 1.6 / 3]))
     assert q["ratio_q25"] == pytest.approx(stats.percentile(ratios, 25)) == pytest.approx(0.175)
