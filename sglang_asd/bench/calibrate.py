@@ -14,8 +14,7 @@ Runs strict (budget 0) and a ladder of settings (every budget of ``--budgets`` a
    final answer, length and first exception are kept;
 2. speed at fixed work (``ignore_eos``, ``--speed-max-new-tokens``; as ``bench.speed``'s rounds
    schedule): every setting runs each round of ``--concurrency`` prompts, paired with strict's
-   pass over the same round. The quality phase has already sent every prompt, so every pass sees
-   the same prefix cache.
+   pass over the same round, after a warm-up that puts every prompt's prefix in the cache.
 
 Then, per setting (``calibrate_summary``): tok/s and tokens per verify round against strict, spend
 per request (mean, worst), and quality against strict with intervals: accuracy change where
@@ -293,6 +292,9 @@ def run_speed(args, log: RunLog, arms: list[Arm], prompts, url: str, request, ma
     by_label = {a.label: a for a in arms}
     flush = info.get("speculative_algorithm") == "NGRAM"   # as bench.speed: NGRAM's corpus keeps every request
     total = args.repeats * len(order)
+    if todo and not flush:  # as bench.speed: every prompt's prefix in the cache before the first pass
+        run_pass(url, [request(p, how.seeds[0], STRICT_ARM.fields, 4, ignore_eos=True) for p in prompts],
+                 args.concurrency, args.timeout, desc="warm-up")
     from tqdm import tqdm
 
     with tqdm(total=total, initial=total - len(todo), desc="speed at fixed work", unit="pass",
