@@ -127,6 +127,26 @@ def test_openai_routes_carry_budget_and_receipt(server):
     assert c.model_extra["asd"]["budget"] == 2.0
 
 
+@pytest.mark.server_group("eagle")
+def test_generate_top_level_fields(server):
+    """Top-level fields on /generate (what bench_serving's --extra-request-body sends) apply to every
+    sampling_params of the request; a second place may repeat the value, not change it."""
+    greedy = {"temperature": 0, "max_new_tokens": 8}
+    r = requests.post(server.url + "/generate", json={
+        "text": PROMPTS[:2], "asd_budget": 4, "sampling_params": [dict(greedy), {**greedy, "asd_budget": 4.0}]})
+    assert r.status_code == 200, r.text
+    for out in r.json():
+        check_receipt(out, 4.0)
+    r = requests.post(server.url + "/generate", json={"text": PROMPTS[2], "asd_budget": 2, "asd_rule": "local",
+                                                      "sampling_params": greedy})
+    assert r.status_code == 200, r.text
+    receipt = r.json()["meta_info"]["asd"]
+    assert receipt["applied"] and receipt["budget"] == 2.0 and receipt["rule"] == "local-1", receipt
+    r = requests.post(server.url + "/generate", json={"text": "x", "asd_budget": 8, "sampling_params": {"asd_budget": 4}})
+    assert r.status_code == 400 and r.json() == {
+        "error": "asd_budget is given twice with different values: 8 (top level) and 4 (sampling_params.asd_budget)"}
+
+
 def _decisions(receipt: dict) -> list:
     return [(e["pos"], e["draft"], e["target"]) for e in receipt["events"]]
 
