@@ -43,6 +43,14 @@ Receipts: a sampled request on DSPARK or DFLASH still says ``"applied": false, "
 "sampling"`` (``sglang_seams/scheduler/scheduler.py``): ASD's block-drafter seams decide greedy rows
 only, so its rows are served by SGLang's accept alone, budget or not.
 
+Step order: both functions run where SGLang's kernel runs, inside the verify step after the target
+forward, and read only their arguments (no ledger, no host sync: the writes are scatters, without
+boolean masks; the loops run over the S draft positions, never over requests). SGLang runs DSPARK
+and DFLASH with its overlap scheduler on CPU, where batch N+1 is scheduled before batch N's results
+are processed; that lag is SGLang's own and the accept's outputs feed the same ``build_accept_outs``
+/ ``_commit_accept`` as its kernel's would. A CPU has no streams, CUDA graphs or TP here; on a GPU
+install the seam is never applied.
+
 Kind: module attribute assignments (``BINDINGS``), not HookRegistry hooks: the DFLASH names are None
 and a bool on CPU, and HookRegistry's propagation would rebind every module attribute that is None.
 ``apply`` is idempotent; ``missing`` lists a binding that is not this seam's value, and the
