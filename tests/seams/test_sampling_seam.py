@@ -222,8 +222,24 @@ def test_a_sampled_requests_reason(monkeypatch, budget, can_run, reason):
     where it can, budget 0 is exact sampling ("strict")."""
     from sglang_asd.sglang_seams.scheduler import scheduler
 
+    from sglang.srt.speculative.spec_info import SpeculativeAlgorithm
+
     monkeypatch.setattr(scheduler, "sampling_reason", lambda: None if can_run else "sampling")
     params = SimpleNamespace(top_k=-1, temperature=0.7)
-    spec = SimpleNamespace(is_dspark=lambda: False, is_dflash_family=lambda: False)
     choice = RequestASD(budget, ASDConfig(), SampledConfig())
-    assert scheduler._reason(choice, params, True, None, spec) == reason
+    assert scheduler._reason(choice, params, True, None, SpeculativeAlgorithm.EAGLE) == reason
+
+
+@pytest.mark.parametrize("algorithm", ["DSPARK", "DFLASH", "UNO"])
+def test_sampled_requests_on_drafters_that_bypass_the_sampling_kernel_say_sampling(monkeypatch, algorithm):
+    """DSPARK, DFLASH and UNO sample without the hooked kernel: a sampled request says "sampling" at any
+    budget, even where the kernel could run (SGLang's real algorithm enum, not a stand-in)."""
+    from sglang.srt.speculative.spec_info import SpeculativeAlgorithm
+
+    from sglang_asd.sglang_seams.scheduler import scheduler
+
+    monkeypatch.setattr(scheduler, "sampling_reason", lambda: None)
+    params = SimpleNamespace(top_k=-1, temperature=0.7)
+    for budget in (0.0, 8.0):
+        choice = RequestASD(budget, ASDConfig(), SampledConfig())
+        assert scheduler._reason(choice, params, True, None, SpeculativeAlgorithm[algorithm]) == "sampling"
