@@ -98,6 +98,16 @@ def _relax_choice(
     return best, q64, a64, charge64
 
 
+def sibling_steps(W: int, max_children: Optional[int]) -> int:
+    """Sibling steps per level: ``max_children`` (EAGLE's topk) clamped to W - 1, the most children
+    a node of a W-node tree can have (SGLang accepts topk above its draft tokens - 1); None: W - 1."""
+    if max_children is None:
+        return max(W - 1, 0)
+    if not (isinstance(max_children, int) and not isinstance(max_children, bool) and max_children >= 1):
+        raise ValueError(f"max_children must be an integer in [1, inf) (clamped to W - 1), got {max_children!r}")
+    return min(max_children, max(W - 1, 0))
+
+
 def asd_sampled_verify(
     predicts: torch.Tensor,  # [bs*W] int32, mutable: token emitted after each accepted node
     accept_index: torch.Tensor,  # [bs, K+1] int32, mutable: global ids of the accepted path (-1 padded by the caller)
@@ -137,9 +147,7 @@ def asd_sampled_verify(
     next_token = retrieve_next_token.long()
     next_sibling = retrieve_next_sibling.long()
     thr_acc = max(float(threshold_acc), 1e-9)
-    siblings = W - 1 if max_children is None else max_children
-    if max_children is not None and not (isinstance(max_children, int) and 1 <= max_children <= max(W - 1, 1)):
-        raise ValueError(f"max_children must be an integer in [1, max(W - 1, 1) = {max(W - 1, 1)}], got {max_children!r}")
+    siblings = sibling_steps(W, max_children)
 
     parent, rank = tree_links(next_token, next_sibling)
     best, q64, a64, charge64 = _relax_choice(candidates, target_probs, parent, rank, floor, power, stop_tokens)
@@ -230,14 +238,18 @@ def _bonus(
     coin: torch.Tensor,  # [bs] float32
 ) -> torch.Tensor:
     """-> [bs] int64: inverse CDF of relu(p - p on the rejected tokens), SGLang's fallbacks (the
-    last positive entry, else V - 1) when rounding leaves no entry above the draw."""
+    last positive entry, else V - 1) when rounding leaves no entry above the draw. The CDF is the
+    float32 rounding of the sequential float64 prefix sums and the total its last entry (what
+    torch's CPU cumsum of float32 computes, made explicit), so a tiled kernel reproduces it bit for
+    bit; SGLang's kernel sums in float32 by blocks, which can differ in the last bit of u only."""
     bs, V = p.shape
     slot = torch.where(rejected, candidates.clamp(0, V - 1), V)
     dropped = torch.zeros(bs, V + 1, dtype=torch.bool, device=p.device).scatter_(1, slot, True)[:, :V]
     resid = (p - torch.where(dropped, p, torch.zeros_like(p))).clamp(min=0)  # SGLang's relu(q - draft_probs)
-    u = coin * resid.sum(dim=-1)
+    cdf = resid.double().cumsum(dim=-1)  # sequential float64 prefix sums, rounded below: the fused kernel's
+    u = coin * cdf[:, -1].float()
     positive = resid > 0
-    above = positive & (resid.cumsum(dim=-1) > u[:, None])
+    above = positive & (cdf.float() > u[:, None])
     first = above.int().argmax(dim=-1)
     last_positive = V - 1 - positive.flip(-1).int().argmax(dim=-1)
     fallback = torch.where(positive.any(dim=-1), last_positive, torch.full_like(last_positive, V - 1))
