@@ -1,0 +1,102 @@
+"""The fused sampled verify (``asd_sampled_verify_triton``) against the torch verifier,
+``torch.equal`` on the in-place path outputs and on every receipt.
+
+Without CUDA the kernels run in Triton's interpreter (``interpreted.py``), which is slow: the
+rounds are small (bs 2-8) and tiny tiles (``block_v``) make small vocabularies cross tile
+boundaries in the bonus draw. Cases: chains and random trees (nodes outside the tree, siblings
+in reverse order, duplicate sibling tokens), mixed, zero and ample budgets, server thresholds,
+stop tokens or none, a sibling bound above W - 1 (SGLang accepts topk above draft tokens - 1),
+a tight bound, NGRAM-like blocks (K = W - 1, no bound), a wide tree, and K = 0.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import interpreted  # noqa: F401  (before triton)
+import pytest
+import torch
+from sampled_cases import make_sampled_round
+
+pytestmark = [pytest.mark.skipif(not interpreted.HAS_TRITON, reason="triton is not installed"),
+              pytest.mark.filterwarnings("ignore:invalid value encountered:RuntimeWarning")]
+
+
+@pytest.fixture(autouse=True)
+def _runs_here(request):
+    interpreted.skip_unless_here(request)
+
+
+@pytest.mark.skipif(not interpreted.DELEGATE, reason="this process runs the kernels itself")
+@pytest.mark.filterwarnings("ignore")
+def test_in_fresh_process():
+    interpreted.fresh_process(__file__)
+
+
+def fused(rnd, threshold_single=1.0, threshold_acc=1.0, max_children=None, block_v=16, **overrides):
+    from sglang_asd.verify.triton_sampled_verify import asd_sampled_verify_triton
+
+    predicts, accept_index, num = rnd.buffers()
+    rows = {k: overrides.get(k, getattr(rnd, k)) for k in ("remaining", "floor", "cap", "power", "stop_tokens")}
+    out = asd_sampled_verify_triton(predicts, accept_index, num, rnd.candidates, rnd.retrieve_index, rnd.next_token,
+                                    rnd.next_sibling, rnd.coins, rnd.final_coins, rnd.probs, rows["remaining"],
+                                    rows["floor"], rows["cap"], rows["power"], rows["stop_tokens"], threshold_single,
+                                    threshold_acc, max_children, block_v=block_v)
+    return predicts, accept_index, num, out
+
+
+def check(rnd, *, block_v=16, **kw):
+    ref, got = rnd.verify(**kw), fused(rnd, block_v=block_v, **kw)
+    for name, a, b in zip(("predicts", "accept_index", "accept_token_num"), ref[:3], got[:3]):
+        assert a.dtype == b.dtype and torch.equal(a, b), f"{name}:\nref {a.tolist()}\nout {b.tolist()}"
+    for f in dataclasses.fields(ref[3]):
+        a, b = getattr(ref[3], f.name), getattr(got[3], f.name)
+        assert a.dtype == b.dtype and a.shape == b.shape, (f.name, a.dtype, b.dtype, a.shape, b.shape)
+        assert torch.equal(a, b), f"{f.name}:\nref {a.tolist()}\nout {b.tolist()}"
+    return ref
+
+
+@pytest.mark.parametrize("K,V,budget", [(1, 24, "mixed"), (4, 40, "mixed"), (6, 33, "ample")])
+def test_chain_parity(K, V, budget):
+    out = check(make_sampled_round(K, bs=8, K=K, V=V, shape="chain", budget=budget))[3]
+    assert out.relaxed.any()  # the case exercises the relaxed branch
+
+
+@pytest.mark.parametrize("seed,K,peaked", [(0, 3, 4.0), (1, 5, 3.0)])
+def test_tree_parity(seed, K, peaked):
+    rnd = make_sampled_round(20 + seed, bs=8, K=K, V=40, shape="tree", reverse_siblings=seed % 2 == 1,
+                             duplicates=0.2, peaked=peaked)
+    out = check(rnd, max_children=rnd.max_children() if seed else None)[3]
+    assert (out.relaxed & ~out.relaxed_accepted).any()  # a relaxed rejection, then the coin mapping
+
+
+def test_thresholds_and_no_stop_tokens():
+    rnd = make_sampled_round(31, bs=8, K=4, V=24, shape="tree", budget="ample")
+    check(rnd, threshold_single=0.6, threshold_acc=0.8, stop_tokens=None)
+
+
+def test_zero_budget_is_the_exact_walk():
+    check(make_sampled_round(32, bs=6, K=3, V=20, shape="tree", budget="zero"))
+
+
+def test_sibling_bound_above_w_minus_1():
+    """EAGLE with topk > draft tokens - 1: the bound is clamped to W - 1, in both verifiers."""
+    rnd = make_sampled_round(33, bs=4, K=3, V=24, shape="tree")
+    check(rnd, max_children=rnd.W + 5)
+
+
+def test_ngram_like_block():
+    """NGRAM: K = W - 1 as the loop bound, no sibling bound, shallow trees."""
+    rnd = make_sampled_round(34, bs=2, K=3, W=12, V=24, shape="tree", budget="ample")
+    rnd.K = rnd.W - 1  # the walk ends where the tree does
+    check(rnd)
+
+
+def test_wide_tree():
+    """A large EAGLE-like block: 48 nodes, depth 6, topk 8."""
+    rnd = make_sampled_round(35, bs=2, K=6, W=48, V=64, shape="tree", budget="ample")
+    check(rnd, max_children=max(rnd.max_children(), 8), block_v=32)
+
+
+def test_zero_step_verify():
+    check(make_sampled_round(36, bs=3, K=0, V=20, shape="chain", budget="ample"))
