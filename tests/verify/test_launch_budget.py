@@ -21,7 +21,7 @@ pytestmark = [pytest.mark.skipif(not interpreted.HAS_TRITON, reason="triton is n
               pytest.mark.filterwarnings("ignore:invalid value encountered:RuntimeWarning")]
 
 # (K, tree, bs): depth, width (chains W = K + 1, EAGLE topk-4 trees W = 2K + 2) and batch all vary
-GRID = [(1, False, 1), (4, False, 3), (8, False, 1), (4, True, 1), (8, True, 2), (12, True, 1)]
+GRID = [(1, False, 1), (6, False, 3), (3, True, 1), (8, True, 2)]
 SAMPLED_GPU_LAUNCHES = 29  # 2 Triton launches + the float64 node charges' 27 elementwise ops
 GREEDY_GPU_LAUNCHES = 2  # the vocabulary pass and the selection (1 with SGLang's argmax given)
 
