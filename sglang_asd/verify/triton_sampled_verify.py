@@ -47,12 +47,20 @@ import triton
 from sglang_asd.verify.sampled_verify import SampledVerifyOutput, node_charges, sibling_steps
 from sglang_asd.verify.triton_sampled_kernels import sampled_node_q_kernel, sampled_walk_kernel
 
-BLOCK_V = 1024  # vocabulary columns per tile of the bonus draw
+BLOCK_V = 1024  # vocabulary columns per tile of the bonus draw, up to W_PAD = 16
+TILE_ELEMENTS = 16384  # the bonus draw's [BLOCK_V, W_PAD] comparison against the rejected tokens
+
+
+def block_v_for(W_PAD: int) -> int:
+    """Columns per bonus tile: ``BLOCK_V``, smaller for wide trees so the ``[BLOCK_V, W_PAD]``
+    comparison stays in registers (a function of W_PAD: no variant of its own)."""
+    return max(128, min(BLOCK_V, TILE_ELEMENTS // W_PAD))
 
 
 def select_warps(W_PAD: int) -> int:
-    """Warps of both kernels: their [W_PAD, W_PAD] reductions and [BLOCK_V, W_PAD] tile comparisons."""
-    return 4 if W_PAD <= 16 else 8
+    """Warps of both kernels: their [W_PAD, W_PAD] reductions and [BLOCK_V, W_PAD] tile comparisons
+    without spilling (``tests/verify/test_sampled_triton_compile.py``)."""
+    return 4 if W_PAD <= 16 else 8 if W_PAD <= 32 else 16
 
 
 def asd_sampled_verify_triton(
@@ -75,7 +83,7 @@ def asd_sampled_verify_triton(
     threshold_acc: float = 1.0,
     max_children: Optional[int] = None,
     *,
-    block_v: int = BLOCK_V,  # tests use tiny tiles so that tiny vocabularies cross tiles
+    block_v: Optional[int] = None,  # default ``block_v_for(W_PAD)``; tests use tiny tiles to cross tiles
 ) -> SampledVerifyOutput:
     """See ``sampled_verify.asd_sampled_verify``; the fused kernels (module docstring)."""
     bs, W = candidates.shape
@@ -121,7 +129,7 @@ def asd_sampled_verify_triton(
         float(threshold_single), max(float(threshold_acc), 1e-9), siblings,
         out.spent, out.num_relaxed, out.relaxed, out.relaxed_token, out.relaxed_q, out.relaxed_accept_prob,
         out.relaxed_charge, out.relaxed_accepted,
-        W, K, V, W_PAD=W_PAD, BLOCK_V=block_v, num_warps=warps,
+        W, K, V, W_PAD=W_PAD, BLOCK_V=block_v or block_v_for(W_PAD), num_warps=warps,
     )
     return out
 
