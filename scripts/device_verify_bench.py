@@ -28,7 +28,10 @@ checkout, it imports ``sglang_asd.verify`` and ``sglang_asd.testing`` by path.
    output), then eager and CUDA-graph times; goal ``asd_fused / sglang <= 1.10``. With
    ``sgl_kernel`` also the greedy pair, SGLang's ``verify_tree_greedy`` against ``asd_select``
    (both given the argmax), goal <= 1.05. The ratio is the kernel's, not the seam's: the seam
-   today runs SGLang's kernel and then ASD's on the same step (docs/VERIFY_KERNEL.md).
+   today runs SGLang's kernel and then ASD's on the same step (docs/VERIFY_KERNEL.md). On CUDA
+   also the arm ``asd_fused_k`` (the node charges in the kernel, ``charges_in_kernel=True``) and
+   its parity, recorded apart (``sampled_charges_in_kernel_parity``): the evidence to turn
+   ``triton_sampled_verify.CHARGES_IN_KERNEL`` on.
 6. pytest on the device: tests/verify parity (greedy and sampled), dispatch and warmup.
 Writes JSON to ``--out`` (also on failure), prints progress and a table; exit 1 on a parity or
 safety failure.
@@ -410,6 +413,14 @@ def sampled_case(report, name, tree, W, K, bs, V, sglang_sampling, sglang_greedy
     report["parity"].append(dict(kind="sampled", **case, ok=not bad, mismatched=bad))
     if bad:
         log(f"PARITY FAIL sampled {case}: {bad}")
+    if CUDA:  # the charges in the kernel (libdevice; off by default until this shows parity): recorded apart
+        k_bufs = rnd.buffers()
+        k_out = tsv.asd_sampled_verify_triton(*k_bufs, *rnd.inputs(), charges_in_kernel=True)
+        k_bad = [n for n, a, b in zip(("predicts", "accept_index", "accept_token_num"), ref_bufs, k_bufs)
+                 if not torch.equal(a, b)]
+        k_bad += [f for f in SAMPLED_FIELDS if not torch.equal(getattr(ref, f), getattr(k_out, f))]
+        report["sampled_charges_in_kernel_parity"].append(dict(**case, ok=not k_bad, mismatched=k_bad))
+        log(f"sampled charges_in_kernel parity {name} bs={bs}: {'ok' if not k_bad else k_bad}")
     if CUDA:  # no host sync in the fused call
         try:
             torch.cuda.set_sync_debug_mode("error")
@@ -428,6 +439,9 @@ def sampled_case(report, name, tree, W, K, bs, V, sglang_sampling, sglang_greedy
         "asd_fused": lambda: tsv.asd_sampled_verify_triton(*bufs[1], *rnd.inputs()),
         "asd_torch": lambda: asd_sampled_verify(*bufs[2], *rnd.inputs()),
     }
+    if CUDA:
+        k_bufs = rnd.buffers()
+        arms["asd_fused_k"] = lambda: tsv.asd_sampled_verify_triton(*k_bufs, *rnd.inputs(), charges_in_kernel=True)
     reps = 2 if ARGS.dry_run else ARGS.reps
     rec = dict(case, eager_ms=time_eager(arms, reps))
     if CUDA:
@@ -445,6 +459,8 @@ def sampled_case(report, name, tree, W, K, bs, V, sglang_sampling, sglang_greedy
     ms = rec.get("graph_ms", rec["eager_ms"])
     rec["ratio_asd_fused_vs_sglang"] = ms["asd_fused"] / ms["sglang"]
     rec["ratio_asd_torch_vs_sglang"] = ms["asd_torch"] / ms["sglang"]
+    if "asd_fused_k" in ms:
+        rec["ratio_asd_fused_k_vs_sglang"] = ms["asd_fused_k"] / ms["sglang"]
     rec["goal_met"] = rec["ratio_asd_fused_vs_sglang"] <= SAMPLED_GOAL
     report["sampled"].append(rec)
     log(f"sampled {name:6s} bs={bs:3d} sglang={ms['sglang']:.4f} asd_fused={ms['asd_fused']:.4f} "
@@ -490,7 +506,7 @@ def run_pytest(report):
 def main():
     report = dict(dry_run=ARGS.dry_run, device=torch.cuda.get_device_name() if CUDA else "cpu (Triton interpreter)",
                   torch=torch.__version__, triton=triton.__version__, python=sys.version.split()[0],
-                  arms=["strict", "asd_triton", "asd_select", "asd_torch"], parity=[], safety={}, timing=[], sampled=[],
+                  arms=["strict", "asd_triton", "asd_select", "asd_torch"], parity=[], safety={}, timing=[], sampled=[], sampled_charges_in_kernel_parity=[],
                   skipped=[], errors=[])
     out = pathlib.Path(ARGS.out)
     out.parent.mkdir(parents=True, exist_ok=True)

@@ -3,7 +3,8 @@
 
 Two launches per round, both grid ``[bs]`` (one program per row), with the float64 node charges
 computed by torch between them (``sampled_verify.node_charges``, ``[bs, W]``, a fixed handful of
-elementwise ops; the wrapper's docstring says why they are not in a kernel):
+elementwise ops; the wrapper's docstring says why), or, with the constexpr ``CHARGES_IN_KERNEL``
+(CUDA only, pending a device parity run), in the walk kernel by ``_node_charges``:
 
 1. ``sampled_node_q_kernel``: the row's tree links (parent of every node, by walking every child
    list, as ``tree_links`` for the trees SGLang builds) and q, the target probability of each
@@ -41,8 +42,24 @@ from __future__ import annotations
 
 import triton
 import triton.language as tl
+from triton.language.extra import libdevice
 
 IDX_BIG = tl.constexpr(2**31 - 1)
+TINY64 = tl.constexpr(2.2250738585072014e-308)  # torch.finfo(torch.float64).tiny
+
+
+@triton.jit
+def _node_charges(q, power):
+    """``sampled_verify.node_charges`` in the kernel, the same float64 operations in the same order
+    with libdevice's ``pow``/``log``/``log1p`` (what torch's CUDA kernels call); launched with
+    ``enable_fp_fusion=False`` so no multiply-add is contracted. -> (q64, a64, charge64)."""
+    q64 = q.to(tl.float64)
+    a64 = libdevice.pow(q64, power + tl.zeros_like(q64))
+    qc = tl.minimum(tl.maximum(q64, TINY64), 0.5)
+    qc = tl.where((q64 > 0) & (q64 < 1), q64, qc)
+    ac = tl.where(a64 < 1, a64, 0.5)
+    rest = tl.where(a64 < 1, (1 - ac) * (libdevice.log1p(-ac) - libdevice.log1p(-qc)), 0.0)
+    return q64, a64, a64 * (libdevice.log(tl.maximum(a64, TINY64)) - libdevice.log(qc)) + rest
 
 
 @triton.jit
@@ -101,7 +118,7 @@ def sampled_node_q_kernel(
             do_not_specialize_on_alignment=[
                 "predicts_ptr", "accept_index_ptr", "accept_num_ptr", "candidates_ptr", "retrieve_index_ptr",
                 "next_token_ptr", "next_sibling_ptr", "coins_ptr", "final_coins_ptr", "probs_ptr", "q_ptr",
-                "q64_ptr", "a64_ptr", "charge64_ptr", "remaining_ptr", "floor_ptr", "cap_ptr", "stop_tokens_ptr",
+                "q64_ptr", "a64_ptr", "charge64_ptr", "power_ptr", "remaining_ptr", "floor_ptr", "cap_ptr", "stop_tokens_ptr",
                 "spent_ptr", "num_relaxed_ptr", "relaxed_ptr", "relaxed_token_ptr", "relaxed_q_ptr",
                 "relaxed_a_ptr", "relaxed_charge_ptr", "relaxed_accepted_ptr"])
 def sampled_walk_kernel(
@@ -121,6 +138,7 @@ def sampled_walk_kernel(
     q64_ptr,  # [bs, W] float64 (node_charges)
     a64_ptr,  # [bs, W] float64
     charge64_ptr,  # [bs, W] float64
+    power_ptr,  # [bs] float32 (read with CHARGES_IN_KERNEL)
     remaining_ptr,  # [bs] float32
     floor_ptr,  # [bs] float32
     cap_ptr,  # [bs] int32
@@ -142,6 +160,7 @@ def sampled_walk_kernel(
     V,
     W_PAD: tl.constexpr,
     BLOCK_V: tl.constexpr,
+    CHARGES_IN_KERNEL: tl.constexpr,  # compute the node charges here (CUDA; not interpretable: libdevice)
 ):
     b = tl.program_id(0)
     b64 = b.to(tl.int64)
@@ -155,9 +174,15 @@ def sampled_walk_kernel(
     has_parent = parent >= 0
     cand = tl.load(candidates_ptr + nb + node_ids, mask=in_row, other=0)
     q = tl.load(q_ptr + nb + node_ids, mask=in_row, other=0.0)
-    q64 = tl.load(q64_ptr + nb + node_ids, mask=in_row, other=0.0)
-    a64 = tl.load(a64_ptr + nb + node_ids, mask=in_row, other=0.0)
-    c64 = tl.load(charge64_ptr + nb + node_ids, mask=in_row, other=0.0)
+    if CHARGES_IN_KERNEL:
+        q64, a64, c64 = _node_charges(q, tl.load(power_ptr + b).to(tl.float64))
+        q64 = tl.where(in_row, q64, 0.0)
+        a64 = tl.where(in_row, a64, 0.0)
+        c64 = tl.where(in_row, c64, 0.0)
+    else:
+        q64 = tl.load(q64_ptr + nb + node_ids, mask=in_row, other=0.0)
+        a64 = tl.load(a64_ptr + nb + node_ids, mask=in_row, other=0.0)
+        c64 = tl.load(charge64_ptr + nb + node_ids, mask=in_row, other=0.0)
     floor = tl.load(floor_ptr + b)
     cap = tl.load(cap_ptr + b)
     remaining = tl.load(remaining_ptr + b)

@@ -18,6 +18,10 @@ torch function in both paths they are identical by construction, on every device
 in-kernel version (libdevice's ``__nv_pow``, ``__nv_log``, ``__nv_log1p``, the routines torch's
 CUDA ops compile to) would save those launches; it needs a device to prove its parity.
 
+``charges_in_kernel`` (``CHARGES_IN_KERNEL``, off): the same charges in the walk kernel from
+libdevice's routines, one launch fewer by 27; CUDA only (the interpreter cannot run libdevice),
+so it waits for a device run of ``scripts/device_verify_bench.py`` to show it bit-identical.
+
 Memory: no ``[bs, V]`` or ``[bs, W, V]`` temporary. What is allocated per call: the outputs (the
 receipts, ``[bs, K]`` each), ``q`` ``[bs, W]`` float32 and the three ``[bs, W]`` float64 charge
 tensors (with node_charges' own ``[bs, W]`` intermediates). SGLang's own sampling kernel holds
@@ -48,6 +52,9 @@ from sglang_asd.verify.sampled_verify import SampledVerifyOutput, node_charges, 
 from sglang_asd.verify.triton_sampled_kernels import sampled_node_q_kernel, sampled_walk_kernel
 
 BLOCK_V = 1024  # vocabulary columns per tile of the bonus draw, up to W_PAD = 16
+# The node charges in the walk kernel (libdevice) instead of 27 torch ops: CUDA only, and off until
+# a device run shows it bit-identical to the torch ops (scripts/device_verify_bench.py, section 5).
+CHARGES_IN_KERNEL = False
 TILE_ELEMENTS = 16384  # the bonus draw's [BLOCK_V, W_PAD] comparison against the rejected tokens
 
 
@@ -84,6 +91,7 @@ def asd_sampled_verify_triton(
     max_children: Optional[int] = None,
     *,
     block_v: Optional[int] = None,  # default ``block_v_for(W_PAD)``; tests use tiny tiles to cross tiles
+    charges_in_kernel: Optional[bool] = None,  # default ``CHARGES_IN_KERNEL``; True needs CUDA
 ) -> SampledVerifyOutput:
     """See ``sampled_verify.asd_sampled_verify``; the fused kernels (module docstring)."""
     bs, W = candidates.shape
@@ -116,20 +124,25 @@ def asd_sampled_verify_triton(
         candidates, next_token, next_sibling, target_probs, target_probs.stride(0), target_probs.stride(1), q,
         W, V, W_PAD=W_PAD, num_warps=warps,
     )
-    q64, a64, charge64 = node_charges(q, power.to(torch.float32))
+    power = power.to(torch.float32).contiguous()
+    in_kernel = CHARGES_IN_KERNEL if charges_in_kernel is None else charges_in_kernel
+    q64 = a64 = charge64 = q  # unread by the kernel
+    if not in_kernel:
+        q64, a64, charge64 = node_charges(q, power)
     if stop_tokens is None:
         stop_tokens = candidates[:, :0]  # T = 0
     stop_tokens = as_index(stop_tokens)
     sampled_walk_kernel[(bs,)](
         predicts, accept_index, accept_token_num, candidates, retrieve_index, next_token, next_sibling,
         uniform_samples.to(torch.float32).contiguous(), uniform_samples_for_final_sampling.to(torch.float32).contiguous(),
-        target_probs, target_probs.stride(0), target_probs.stride(1), q, q64, a64, charge64,
+        target_probs, target_probs.stride(0), target_probs.stride(1), q, q64, a64, charge64, power,
         remaining.to(torch.float32).contiguous(), floor.to(torch.float32).contiguous(),
         cap.to(torch.int32).contiguous(), stop_tokens, stop_tokens.shape[1],
         float(threshold_single), max(float(threshold_acc), 1e-9), siblings,
         out.spent, out.num_relaxed, out.relaxed, out.relaxed_token, out.relaxed_q, out.relaxed_accept_prob,
         out.relaxed_charge, out.relaxed_accepted,
-        W, K, V, W_PAD=W_PAD, BLOCK_V=block_v or block_v_for(W_PAD), num_warps=warps,
+        W, K, V, W_PAD=W_PAD, BLOCK_V=block_v or block_v_for(W_PAD), CHARGES_IN_KERNEL=in_kernel,
+        num_warps=warps, enable_fp_fusion=False,  # no contracted multiply-add: the torch ops' roundings
     )
     return out
 
