@@ -64,19 +64,19 @@ def test_chain_parity(K, V, budget):
 
 @pytest.mark.parametrize("seed,K,peaked", [(0, 3, 4.0), (1, 5, 3.0)])
 def test_tree_parity(seed, K, peaked):
-    rnd = make_sampled_round(20 + seed, bs=8, K=K, V=40, shape="tree", reverse_siblings=seed % 2 == 1,
+    rnd = make_sampled_round(20 + seed, bs=8 - 2 * seed, K=K, V=40, shape="tree", reverse_siblings=seed % 2 == 1,
                              duplicates=0.2, peaked=peaked)
     out = check(rnd, max_children=rnd.max_children() if seed else None)[3]
     assert (out.relaxed & ~out.relaxed_accepted).any()  # a relaxed rejection, then the coin mapping
 
 
 def test_thresholds_and_no_stop_tokens():
-    rnd = make_sampled_round(31, bs=8, K=4, V=24, shape="tree", budget="ample")
-    check(rnd, threshold_single=0.6, threshold_acc=0.8, stop_tokens=None)
+    rnd = make_sampled_round(31, bs=6, K=4, V=24, shape="tree", budget="ample")
+    check(rnd, threshold_single=0.6, threshold_acc=0.8, stop_tokens=None, max_children=rnd.max_children())
 
 
 def test_zero_budget_is_the_exact_walk():
-    check(make_sampled_round(32, bs=6, K=3, V=20, shape="tree", budget="zero"))
+    check(make_sampled_round(32, bs=4, K=3, V=20, shape="tree", budget="zero"))
 
 
 def test_sibling_bound_above_w_minus_1():
