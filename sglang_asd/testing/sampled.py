@@ -80,7 +80,9 @@ def sampled_round(bs: int, W: int, K: int, V: int, tree: bool, device="cpu", see
     full = lambda value, dtype=torch.float32: torch.full((bs,), value, dtype=dtype, device=device)  # noqa: E731
     return SampledRound(
         candidates=candidates, retrieve_index=torch.arange(bs * W, **ix).view(bs, W),
-        next_token=torch.tensor([nt for nt, _ in links], **ix), next_sibling=torch.tensor([ns for _, ns in links], **ix),
-        coins=torch.rand(bs, W, generator=dgen, device=device), final_coins=torch.rand(bs, generator=dgen, device=device),
+        next_token=torch.tensor([nt for nt, _ in links], **ix),
+        next_sibling=torch.tensor([ns for _, ns in links], **ix),
+        coins=torch.rand(bs, W, generator=dgen, device=device),
+        final_coins=torch.rand(bs, generator=dgen, device=device),
         probs=probs, remaining=full(4.0), floor=full(0.2), cap=full(2, torch.int32), power=full(0.5),
         stop_tokens=torch.full((bs, 1), V - 1, **ix), K=K, topk=topk)

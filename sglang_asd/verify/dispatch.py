@@ -81,7 +81,8 @@ def _triton_sampled_verify():
     try:
         from sglang_asd.verify.triton_sampled_verify import asd_sampled_verify_triton
     except ImportError as e:
-        logger.warning("sglang_asd: Triton is not importable (%s); the sampled verify runs the torch verifier on CUDA", e)
+        logger.warning("sglang_asd: Triton is not importable (%s); the sampled verify runs the torch verifier "
+                       "on CUDA", e)
         return None
     return asd_sampled_verify_triton
 

@@ -118,7 +118,8 @@ def sampled_node_q_kernel(
             do_not_specialize_on_alignment=[
                 "predicts_ptr", "accept_index_ptr", "accept_num_ptr", "candidates_ptr", "retrieve_index_ptr",
                 "next_token_ptr", "next_sibling_ptr", "coins_ptr", "final_coins_ptr", "probs_ptr", "q_ptr",
-                "q64_ptr", "a64_ptr", "charge64_ptr", "power_ptr", "remaining_ptr", "floor_ptr", "cap_ptr", "stop_tokens_ptr",
+                "q64_ptr", "a64_ptr", "charge64_ptr", "power_ptr", "remaining_ptr", "floor_ptr", "cap_ptr",
+                "stop_tokens_ptr",
                 "spent_ptr", "num_relaxed_ptr", "relaxed_ptr", "relaxed_token_ptr", "relaxed_q_ptr",
                 "relaxed_a_ptr", "relaxed_charge_ptr", "relaxed_accepted_ptr"])
 def sampled_walk_kernel(
@@ -280,7 +281,8 @@ def sampled_walk_kernel(
     tl.store(num_relaxed_ptr + b, n_relaxed)
 
     # --- the bonus: inverse CDF of relu(p - p on the rejected tokens) at the last accepted node
-    drop_tok = tl.where(tl.where(n_acc != K, rejected, node_ids < 0) & in_row, tl.minimum(tl.maximum(cand, 0), V - 1), -1)
+    leaves = tl.where(n_acc != K, rejected, node_ids < 0) & in_row  # tokens that leave the residual
+    drop_tok = tl.where(leaves, tl.minimum(tl.maximum(cand, 0), V - 1), -1)
     p_row = probs_ptr + b64 * stride_b + node.to(tl.int64) * stride_n
     lanes = tl.arange(0, BLOCK_V)
     total = tl.zeros([], tl.float64)  # the sequential float64 prefix sum, carried tile to tile

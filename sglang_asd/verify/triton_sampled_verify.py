@@ -134,7 +134,8 @@ def asd_sampled_verify_triton(
     stop_tokens = as_index(stop_tokens)
     sampled_walk_kernel[(bs,)](
         predicts, accept_index, accept_token_num, candidates, retrieve_index, next_token, next_sibling,
-        uniform_samples.to(torch.float32).contiguous(), uniform_samples_for_final_sampling.to(torch.float32).contiguous(),
+        uniform_samples.to(torch.float32).contiguous(),
+        uniform_samples_for_final_sampling.to(torch.float32).contiguous(),
         target_probs, target_probs.stride(0), target_probs.stride(1), q, q64, a64, charge64, power,
         remaining.to(torch.float32).contiguous(), floor.to(torch.float32).contiguous(),
         cap.to(torch.int32).contiguous(), stop_tokens, stop_tokens.shape[1],
@@ -149,8 +150,8 @@ def asd_sampled_verify_triton(
 
 def _check(predicts, accept_index, accept_token_num, target_probs, bs, W) -> None:
     """Shapes and dtypes the kernels write through (metadata only: no sync)."""
-    for name, t, shape in (("predicts", predicts, (bs * W,)), ("accept_index", accept_index, (bs, accept_index.shape[1])),
-                           ("accept_token_num", accept_token_num, (bs,))):
+    for name, t, shape in (("predicts", predicts, (bs * W,)), ("accept_token_num", accept_token_num, (bs,)),
+                           ("accept_index", accept_index, (bs, accept_index.shape[1]))):
         if t.dtype != torch.int32 or tuple(t.shape) != shape or not t.is_contiguous():
             raise ValueError(f"{name} must be a contiguous int32 tensor of shape {list(shape)}, "
                              f"got {t.dtype} {list(t.shape)}")

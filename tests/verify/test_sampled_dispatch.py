@@ -25,7 +25,8 @@ def test_the_seam_calls_the_dispatcher():
 
 
 def test_cpu_probabilities_run_the_torch_verifier_and_never_ask_for_triton(monkeypatch):
-    monkeypatch.setattr(dispatch, "_triton_sampled_verify", lambda: pytest.fail("Triton looked up for CPU probabilities"))
+    monkeypatch.setattr(dispatch, "_triton_sampled_verify",
+                        lambda: pytest.fail("Triton looked up for CPU probabilities"))
     rnd = make_sampled_round(3, bs=8, K=3, shape="tree")
     got, want = call(rnd), rnd.verify()
     for a, b in zip(got[:3], want[:3]):

@@ -62,11 +62,11 @@ def test_chain_parity(K, V, budget):
     assert out.relaxed.any()  # the case exercises the relaxed branch
 
 
-@pytest.mark.parametrize("seed,K,peaked", [(0, 3, 4.0), (1, 5, 3.0)])
-def test_tree_parity(seed, K, peaked):
-    rnd = make_sampled_round(20 + seed, bs=8 - 2 * seed, K=K, V=40, shape="tree", reverse_siblings=seed % 2 == 1,
-                             duplicates=0.2, peaked=peaked)
-    out = check(rnd, max_children=rnd.max_children() if seed else None)[3]
+@pytest.mark.parametrize("seed,bs,K,reverse", [(20, 8, 3, False), (29, 6, 5, True)])
+def test_tree_parity(seed, bs, K, reverse):
+    rnd = make_sampled_round(seed, bs=bs, K=K, V=40, shape="tree", reverse_siblings=reverse, duplicates=0.2,
+                             peaked=4.0 if K == 3 else 3.0)
+    out = check(rnd, max_children=rnd.max_children() if reverse else None)[3]
     assert (out.relaxed & ~out.relaxed_accepted).any()  # a relaxed rejection, then the coin mapping
 
 

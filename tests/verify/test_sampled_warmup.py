@@ -30,7 +30,8 @@ SERVERS = [dict(num_steps=3, num_draft_tokens=4, adaptive_steps=(0, 1, 3)), dict
 
 
 def test_one_key_per_width_class():
-    assert sampled_key(1) == SampledKey("asd_sampled", 1) and sampled_key(5) == sampled_key(8) == SampledKey("asd_sampled", 8)
+    assert sampled_key(1) == SampledKey("asd_sampled", 1)
+    assert sampled_key(5) == sampled_key(8) == SampledKey("asd_sampled", 8)
     shapes = verify_shapes(3, 4, adaptive_steps=(0, 1, 3))  # W in {4, 1, 2}
     assert sampled_keys(shapes) == {SampledKey("asd_sampled", w) for w in (1, 2, 4)}
     assert warmup_sampled("cpu", shapes, 32000) == sampled_keys(shapes)
