@@ -40,7 +40,7 @@ def test_in_fresh_process():
 def sampled_counts(K, tree, bs, fused):
     from sglang_asd.verify import triton_sampled_verify as tsv
 
-    rnd = sampled_round(bs, 2 * K + 2, K, 32, tree, topk=4)
+    rnd = sampled_round(bs, 2 * K + 2, K, 32, tree, topk=4, device=interpreted.DEVICE)
     buffers = rnd.buffers()
     verify = tsv.asd_sampled_verify_triton if fused else asd_sampled_verify
     return count_call(lambda: verify(*buffers, *rnd.inputs()),
@@ -52,7 +52,7 @@ def greedy_counts(K, tree, bs, fused, target_predict):
 
     W = 2 * K + 2 if tree else K + 1
     rnd = make_round(seed=K, bs=bs, W=W, K=K, V=32, shape="eagle" if tree else "chain", topk=4, logits="normal",
-                     rows="asd")
+                     rows="asd", device=interpreted.DEVICE)
     args, kwargs = rnd.args(target_predict=target_predict)
     verify = tv.asd_verify_triton if fused else asd_verify_torch
     return count_call(lambda: verify(*args, **kwargs),

@@ -33,20 +33,27 @@ def test_in_fresh_process():
     interpreted.fresh_process(__file__)
 
 
-def fused(rnd, threshold_single=1.0, threshold_acc=1.0, max_children=None, block_v=16, **overrides):
-    from sglang_asd.verify.triton_sampled_verify import asd_sampled_verify_triton
-
-    predicts, accept_index, num = rnd.buffers()
+def run(verify, rnd, threshold_single=1.0, threshold_acc=1.0, max_children=None, **overrides):
+    """``verify`` on the round's tensors moved to the test device (the kernels' device: CUDA where
+    there is one); -> (predicts, accept_index, accept_token_num, out), out's tensors on the CPU."""
+    dev = lambda t: None if t is None else t.to(interpreted.DEVICE)  # noqa: E731
     rows = {k: overrides.get(k, getattr(rnd, k)) for k in ("remaining", "floor", "cap", "power", "stop_tokens")}
-    out = asd_sampled_verify_triton(predicts, accept_index, num, rnd.candidates, rnd.retrieve_index, rnd.next_token,
-                                    rnd.next_sibling, rnd.coins, rnd.final_coins, rnd.probs, rows["remaining"],
-                                    rows["floor"], rows["cap"], rows["power"], rows["stop_tokens"], threshold_single,
-                                    threshold_acc, max_children, block_v=block_v)
-    return predicts, accept_index, num, out
+    buffers = [dev(t) for t in rnd.buffers()]
+    out = verify(*buffers, *(dev(t) for t in (rnd.candidates, rnd.retrieve_index, rnd.next_token, rnd.next_sibling,
+                                              rnd.coins, rnd.final_coins, rnd.probs)),
+                 *(dev(rows[k]) for k in ("remaining", "floor", "cap", "power", "stop_tokens")),
+                 threshold_single, threshold_acc, max_children)
+    out = type(out)(**{f.name: getattr(out, f.name).cpu() for f in dataclasses.fields(out)})
+    return (*(t.cpu() for t in buffers), out)
 
 
 def check(rnd, *, block_v=16, **kw):
-    ref, got = rnd.verify(**kw), fused(rnd, block_v=block_v, **kw)
+    """The fused kernels against the torch verifier on the same device, every output."""
+    from sglang_asd.verify.sampled_verify import asd_sampled_verify
+    from sglang_asd.verify.triton_sampled_verify import asd_sampled_verify_triton
+
+    ref = run(asd_sampled_verify, rnd, **kw)
+    got = run(lambda *a: asd_sampled_verify_triton(*a, block_v=block_v), rnd, **kw)
     for name, a, b in zip(("predicts", "accept_index", "accept_token_num"), ref[:3], got[:3]):
         assert a.dtype == b.dtype and torch.equal(a, b), f"{name}:\nref {a.tolist()}\nout {b.tolist()}"
     for f in dataclasses.fields(ref[3]):
