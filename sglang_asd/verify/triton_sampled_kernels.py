@@ -4,7 +4,8 @@
 Two launches per round, both grid ``[bs]`` (one program per row), with the float64 node charges
 computed by torch between them (``sampled_verify.node_charges``, ``[bs, W]``, a fixed handful of
 elementwise ops; the wrapper's docstring says why), or, with the constexpr ``CHARGES_IN_KERNEL``
-(CUDA only, pending a device parity run), in the walk kernel by ``_node_charges``:
+(CUDA only, pending a device parity run), in the walk kernel by ``_node_charges``, which then
+also gathers q itself: one launch in all.
 
 1. ``sampled_node_q_kernel``: the row's tree links (parent of every node, by walking every child
    list, as ``tree_links`` for the trees SGLang builds) and q, the target probability of each
@@ -135,7 +136,7 @@ def sampled_walk_kernel(
     probs_ptr,  # [bs, W, V] float32, unit column stride
     stride_b,
     stride_n,
-    q_ptr,  # [bs, W] float32 (kernel 1)
+    q_ptr,  # [bs, W] float32 (kernel 1; unread with CHARGES_IN_KERNEL)
     q64_ptr,  # [bs, W] float64 (node_charges)
     a64_ptr,  # [bs, W] float64
     charge64_ptr,  # [bs, W] float64
@@ -174,13 +175,16 @@ def sampled_walk_kernel(
     parent, rank = _tree_links(b, next_token_ptr, next_sibling_ptr, W, W_PAD)
     has_parent = parent >= 0
     cand = tl.load(candidates_ptr + nb + node_ids, mask=in_row, other=0)
-    q = tl.load(q_ptr + nb + node_ids, mask=in_row, other=0.0)
-    if CHARGES_IN_KERNEL:
+    if CHARGES_IN_KERNEL:  # q here too: the whole verify is this one launch
+        up = tl.where(has_parent, parent, node_ids)
+        col = tl.minimum(tl.maximum(cand, 0), V - 1)
+        q = tl.load(probs_ptr + b64 * stride_b + up.to(tl.int64) * stride_n + col, mask=in_row, other=0.0)
         q64, a64, c64 = _node_charges(q, tl.load(power_ptr + b).to(tl.float64))
         q64 = tl.where(in_row, q64, 0.0)
         a64 = tl.where(in_row, a64, 0.0)
         c64 = tl.where(in_row, c64, 0.0)
     else:
+        q = tl.load(q_ptr + nb + node_ids, mask=in_row, other=0.0)
         q64 = tl.load(q64_ptr + nb + node_ids, mask=in_row, other=0.0)
         a64 = tl.load(a64_ptr + nb + node_ids, mask=in_row, other=0.0)
         c64 = tl.load(charge64_ptr + nb + node_ids, mask=in_row, other=0.0)

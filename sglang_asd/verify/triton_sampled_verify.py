@@ -19,7 +19,7 @@ in-kernel version (libdevice's ``__nv_pow``, ``__nv_log``, ``__nv_log1p``, the r
 CUDA ops compile to) would save those launches; it needs a device to prove its parity.
 
 ``charges_in_kernel`` (``CHARGES_IN_KERNEL``, off): the same charges in the walk kernel from
-libdevice's routines, one launch fewer by 27; CUDA only (the interpreter cannot run libdevice),
+libdevice's routines and q gathered there too: the whole call is one launch; CUDA only (the interpreter cannot run libdevice),
 so it waits for a device run of ``scripts/device_verify_bench.py`` to show it bit-identical.
 
 Memory: no ``[bs, V]`` or ``[bs, W, V]`` temporary. What is allocated per call: the outputs (the
@@ -119,15 +119,16 @@ def asd_sampled_verify_triton(
         target_probs = target_probs.contiguous()
     W_PAD = triton.next_power_of_2(W)
     warps = select_warps(W_PAD)
-    q = torch.empty((bs, W), dtype=torch.float32, device=device)
-    sampled_node_q_kernel[(bs,)](
-        candidates, next_token, next_sibling, target_probs, target_probs.stride(0), target_probs.stride(1), q,
-        W, V, W_PAD=W_PAD, num_warps=warps,
-    )
     power = power.to(torch.float32).contiguous()
     in_kernel = CHARGES_IN_KERNEL if charges_in_kernel is None else charges_in_kernel
-    q64 = a64 = charge64 = q  # unread by the kernel
-    if not in_kernel:
+    if in_kernel:
+        q = q64 = a64 = charge64 = power  # unread by the walk kernel, which gathers q and charges itself
+    else:
+        q = torch.empty((bs, W), dtype=torch.float32, device=device)
+        sampled_node_q_kernel[(bs,)](
+            candidates, next_token, next_sibling, target_probs, target_probs.stride(0), target_probs.stride(1), q,
+            W, V, W_PAD=W_PAD, num_warps=warps,
+        )
         q64, a64, charge64 = node_charges(q, power)
     if stop_tokens is None:
         stop_tokens = candidates[:, :0]  # T = 0

@@ -19,7 +19,7 @@ import sys
 import pytest
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
-WIDTHS = (1, 8, 16, 32, 64)
+WIDTHS = (1, 16, 32, 64)
 MAX_SPILL = 16  # bytes: ptxas spills a scalar or two of the walk's loop state (L1-resident), never a tile
 
 
@@ -29,7 +29,7 @@ def test_sampled_kernels_compile_for_sm90_without_spills():
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     p = subprocess.run([sys.executable, __file__], cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
     assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
-    assert p.stdout.count("ok ") == 2 * len(WIDTHS) + 2, p.stdout
+    assert p.stdout.count("ok ") == 2 * len(WIDTHS) + 1, p.stdout
 
 
 def _compile_all() -> None:
@@ -81,7 +81,7 @@ def _compile_all() -> None:
         print(f"ok node q W_PAD={W_PAD} registers, spills {regs}")
         block_v = int(os.environ.get("SWEEP_BLOCK_V", 0)) or block_v_for(W_PAD)
         warps = int(os.environ.get("SWEEP_WARPS", 0)) or select_warps(W_PAD)
-        for in_kernel in (False, True) if W in (8, 64) else (False,):  # the charges in the kernel (libdevice)
+        for in_kernel in (False, True) if W == 64 else (False,):  # the charges in the kernel (libdevice)
             regs = build(k.sampled_walk_kernel, walk_sig,
                          {"W_PAD": W_PAD, "BLOCK_V": block_v, "CHARGES_IN_KERNEL": in_kernel}, warps,
                          enable_fp_fusion=False)
