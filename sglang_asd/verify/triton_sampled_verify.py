@@ -19,8 +19,10 @@ in-kernel version (libdevice's ``__nv_pow``, ``__nv_log``, ``__nv_log1p``, the r
 CUDA ops compile to) would save those launches; it needs a device to prove its parity.
 
 ``charges_in_kernel`` (``CHARGES_IN_KERNEL``, off): the same charges in the walk kernel from
-libdevice's routines and q gathered there too: the whole call is one launch; CUDA only (the interpreter cannot run libdevice),
-so it waits for a device run of ``scripts/device_verify_bench.py`` to show it bit-identical.
+libdevice's routines, q gathered there too: the whole call is one launch. CUDA only (the
+interpreter cannot run libdevice; ``test_charges_in_the_kernel`` checks the expression with
+torch's math standing in), so it waits for a device run of ``scripts/device_verify_bench.py``
+to show libdevice bit-identical to torch's CUDA ops.
 
 Memory: no ``[bs, V]`` or ``[bs, W, V]`` temporary. What is allocated per call: the outputs (the
 receipts, ``[bs, K]`` each), ``q`` ``[bs, W]`` float32 and the three ``[bs, W]`` float64 charge
