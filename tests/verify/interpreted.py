@@ -42,3 +42,26 @@ def fresh_process(path: str) -> None:
                        cwd=pathlib.Path(__file__).resolve().parents[2], env=env, capture_output=True, text=True,
                        timeout=900)
     assert p.returncode == 0, p.stdout[-4000:] + p.stderr[-2000:]
+
+
+def torch_math_for_libdevice(monkeypatch) -> None:
+    """Under the interpreter, libdevice (the sampled kernel's ``CHARGES_IN_KERNEL``) cannot run:
+    stand torch's float64 ``pow``/``log``/``log1p`` in for it, so a test checks the kernel's
+    expression (order of operations, clamps, branches) against torch's; the libm is a device check."""
+    import types
+
+    import numpy as np
+    import triton.language as tl
+    from triton.runtime.interpreter import TensorHandle
+
+    from sglang_asd.verify import triton_sampled_kernels
+
+    def lift(fn):
+        def op(*xs):
+            out = fn(*(torch.from_numpy(np.ascontiguousarray(x.handle.data)) for x in xs)).numpy()
+            return tl.tensor(TensorHandle(out, xs[0].handle.dtype), xs[0].type)
+
+        return op
+
+    monkeypatch.setattr(triton_sampled_kernels, "libdevice",
+                        types.SimpleNamespace(pow=lift(torch.pow), log=lift(torch.log), log1p=lift(torch.log1p)))

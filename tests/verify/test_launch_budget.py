@@ -37,12 +37,12 @@ def test_in_fresh_process():
     interpreted.fresh_process(__file__)
 
 
-def sampled_counts(K, tree, bs, fused):
+def sampled_counts(K, tree, bs, fused, **kwargs):
     from sglang_asd.verify import triton_sampled_verify as tsv
 
     rnd = sampled_round(bs, 2 * K + 2, K, 32, tree, topk=4, device=interpreted.DEVICE)
     buffers = rnd.buffers()
-    verify = tsv.asd_sampled_verify_triton if fused else asd_sampled_verify
+    verify = (lambda *a: tsv.asd_sampled_verify_triton(*a, **kwargs)) if fused else asd_sampled_verify
     return count_call(lambda: verify(*buffers, *rnd.inputs()),
                       [(tsv, "sampled_node_q_kernel"), (tsv, "sampled_walk_kernel")])
 
@@ -64,6 +64,15 @@ def test_fused_sampled_verify_is_a_constant_number_of_launches():
     assert len(set(counts.values())) == 1, counts
     c = counts[GRID[0]]
     assert c.triton == 2 and c.gpu_launches == SAMPLED_GPU_LAUNCHES, c
+
+
+def test_with_the_charges_in_the_kernel_it_is_one_launch(monkeypatch):
+    if not interpreted.torch.cuda.is_available():
+        interpreted.torch_math_for_libdevice(monkeypatch)
+    counts = {case: sampled_counts(*case, fused=True, charges_in_kernel=True) for case in GRID[:2]}
+    assert len(set(counts.values())) == 1, counts
+    c = counts[GRID[0]]
+    assert c.triton == 1 and c.gpu_launches == 1, c
 
 
 @pytest.mark.parametrize("target_predict", [False, True])

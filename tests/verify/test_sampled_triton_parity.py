@@ -109,29 +109,6 @@ def test_zero_step_verify():
     check(make_sampled_round(36, bs=3, K=0, V=20, shape="chain", budget="ample"))
 
 
-def _torch_math(monkeypatch):
-    """Under the interpreter, libdevice (``CHARGES_IN_KERNEL``) cannot run: stand torch's float64
-    ``pow``/``log``/``log1p`` in for it, so the test checks the kernel's charge expression (order of
-    operations, clamps, branches) against ``node_charges``; the libm itself is the device's check."""
-    import types
-
-    import numpy as np
-    import triton.language as tl
-    from triton.runtime.interpreter import TensorHandle
-
-    from sglang_asd.verify import triton_sampled_kernels
-
-    def lift(fn):
-        def op(*xs):
-            out = fn(*(torch.from_numpy(np.ascontiguousarray(x.handle.data)) for x in xs)).numpy()
-            return tl.tensor(TensorHandle(out, xs[0].handle.dtype), xs[0].type)
-
-        return op
-
-    monkeypatch.setattr(triton_sampled_kernels, "libdevice",
-                        types.SimpleNamespace(pow=lift(torch.pow), log=lift(torch.log), log1p=lift(torch.log1p)))
-
-
 @pytest.mark.parametrize("shape,K", [("tree", 4), ("chain", 3)])
 def test_charges_in_the_kernel(monkeypatch, shape, K):
     """``charges_in_kernel=True`` (one launch: q and the charges in the walk kernel) against the torch
@@ -140,7 +117,7 @@ def test_charges_in_the_kernel(monkeypatch, shape, K):
     from sglang_asd.verify.triton_sampled_verify import asd_sampled_verify_triton
 
     if not torch.cuda.is_available():
-        _torch_math(monkeypatch)
+        interpreted.torch_math_for_libdevice(monkeypatch)
     rnd = make_sampled_round(3, bs=6, K=K, V=24, shape=shape, budget="ample", peaked=4.0)
     ref = run(asd_sampled_verify, rnd)
     got = run(lambda *a: asd_sampled_verify_triton(*a, block_v=16, charges_in_kernel=True), rnd)
