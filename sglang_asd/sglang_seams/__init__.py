@@ -10,7 +10,7 @@ Processes:
 - launcher / HTTP server (tokenizer manager): ``install_frontend_hooks`` (request validation,
   OpenAI fields, receipts in responses; CPU platform facts for argument resolution) and, with the
   CPU stand-in, ``install_launcher_cpu_hooks`` (children start by fork: ``start_method``; DSPARK/DFLASH argument resolution: ``block_drafters``;
-  with ``SGLANG_ASD_CPU_SAMPLING=on``, SGLang's sampling verify on CPU: ``install_cpu_sampling``).
+  unless ``SGLANG_ASD_CPU_SAMPLING=off``, SGLang's sampling verify on CPU: ``install_cpu_sampling``).
 - each scheduler (every TP rank): ``install_scheduler_hooks`` (the CPU sampling verify when on,
   first; ledger, also on a PD decode server's request pool, verify, receipts, metrics,
   and, with ``--asd-standalone-draft-fix`` only, the STANDALONE draft's KV convention:
@@ -158,11 +158,26 @@ def install_cpu_path_hooks() -> list[tuple[str, Callable]]:
         check_own(drafters, "the CPU block-drafter")
         block_drafters.add_draft_backend()
         _check_draft_backend()
+        install_chain_sampling()
     return hooks + drafters
 
 
+def install_chain_sampling() -> None:
+    """Scheduler on CPU (ASD and stock servers): the block drafters' sampling accept
+    (``cpu_backend/seams/chain_sampling.py``: sampled as on a GPU with ``SGLANG_ASD_CPU_SAMPLING=on``,
+    greedily as SGLang's CPU path verifies EAGLE without it), applied and checked."""
+    from sglang_asd.cpu_backend.seams import chain_sampling
+
+    if not chain_sampling.wanted():
+        return
+    chain_sampling.apply()
+    if missing := chain_sampling.missing():
+        raise HookNotInstalled("sglang_asd: the CPU sampling accept of DSPARK/DFLASH is not in place, refusing to "
+                               "serve (a sampled request would stop the scheduler): " + ", ".join(missing))
+
+
 def install_cpu_sampling() -> bool:
-    """Launcher and scheduler on CPU with ``SGLANG_ASD_CPU_SAMPLING=on`` (ASD and stock servers):
+    """Launcher and scheduler on CPU unless ``SGLANG_ASD_CPU_SAMPLING=off`` (ASD and stock servers):
     SGLang's speculative sampling verify served on CPU (``cpu_backend/seams/sampling.py``), applied
     and checked; returns whether it is on. In a scheduler it must precede the choice of the
     scheduler hooks: ``eagle_sample`` wraps the sampling kernel only where the platform has one."""
@@ -172,7 +187,7 @@ def install_cpu_sampling() -> bool:
         return False
     sampling.apply()
     if missing := sampling.missing():
-        raise HookNotInstalled("sglang_asd: SGLANG_ASD_CPU_SAMPLING=on, but SGLang's CPU sampling verify is not in "
+        raise HookNotInstalled("sglang_asd: SGLANG_ASD_CPU_SAMPLING is on, but SGLang's CPU sampling verify is not in "
                                "place, refusing to serve (sampled requests would verify greedily): " + ", ".join(missing))
     return True
 
@@ -212,7 +227,7 @@ def install_scheduler_hooks(settings: ASDServerSettings) -> None:
 def install_launcher_cpu_hooks() -> list[tuple[str, Callable]]:
     """Launcher process on CPU (ASD and stock servers): SGLang's children start by fork (none on a GPU
     install, or with ``SGLANG_ASD_CPU_START_METHOD=spawn``); DSPARK and DFLASH pass argument
-    resolution (``block_drafters``; none on a GPU install); with ``SGLANG_ASD_CPU_SAMPLING=on`` the
+    resolution (``block_drafters``; none on a GPU install); unless ``SGLANG_ASD_CPU_SAMPLING=off`` the
     CPU sampling verify (``install_cpu_sampling``: a forked child inherits it, a bad binding stops
     the launcher before any child starts)."""
     from sglang_asd.cpu_backend.seams import block_drafters, start_method

@@ -99,13 +99,12 @@ def _relax_choice(
 
 
 def sibling_steps(W: int, max_children: Optional[int]) -> int:
-    """Sibling steps per level: ``max_children`` (EAGLE's topk) clamped to W - 1, the most children
-    a node of a W-node tree can have (SGLang accepts topk above its draft tokens - 1); None: W - 1."""
-    if max_children is None:
+    """Steps of the sibling loop at each level for a draft of ``W`` nodes: ``max_children`` (the
+    caller's host-known bound on any node's children, e.g. EAGLE's topk) clamped to W - 1, the
+    most children a node of W can have; W - 1 without a bound (None, or below 1)."""
+    if max_children is None or max_children < 1:
         return max(W - 1, 0)
-    if not (isinstance(max_children, int) and not isinstance(max_children, bool) and max_children >= 1):
-        raise ValueError(f"max_children must be an integer in [1, inf) (clamped to W - 1), got {max_children!r}")
-    return min(max_children, max(W - 1, 0))
+    return min(int(max_children), max(W - 1, 0))
 
 
 def asd_sampled_verify(
@@ -126,15 +125,19 @@ def asd_sampled_verify(
     stop_tokens: Optional[torch.Tensor] = None,  # [bs, T] int64 -1 padded: never relaxed into
     threshold_single: float = 1.0,  # SGLang's server-wide walk thresholds (1: exact)
     threshold_acc: float = 1.0,
-    max_children: Optional[int] = None,  # host-known bound on any node's children (EAGLE: topk); None: W - 1
+    max_children: Optional[int] = None,  # host-known bound on a node's children (EAGLE: topk), <= W - 1 used
 ) -> SampledVerifyOutput:
     """Walk every row's draft tree (``policy.sampled_walk.sample_block``), write the accepted path
     into ``predicts`` / ``accept_index`` / ``accept_token_num`` as SGLang's kernel does, and
     return the relaxation receipts. The caller subtracts ``spent`` from each row's ledger.
 
-    ``max_children`` bounds the sibling loop of each level (K * max_children steps in all): pass
-    EAGLE's topk (1 for chains); a node with more children than that would have its later
-    children never tried, so a wrong bound is a caller bug."""
+    ``max_children`` bounds the sibling loop of each level: pass EAGLE's topk (1 for chains); a
+    node with more children than the bound would have its later children never tried, so a bound
+    below the tree's is a caller bug. No node of W has more than W - 1 children, so each level's
+    loop runs ``sibling_steps(W, max_children)`` = min(max_children, W - 1) steps: a topk above
+    the draft width, which SGLang accepts (``--speculative-eagle-topk 4
+    --speculative-num-draft-tokens 4``), is a valid bound, never an error in the step. None, or a
+    value below 1, is no bound (W - 1). Host ints only: the loop count is fixed per shape."""
     bs, W = candidates.shape
     S = accept_index.shape[1]
     K = S - 1

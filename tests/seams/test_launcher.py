@@ -142,3 +142,114 @@ def test_unknown_fixture_is_one_line_error(tmp_path, monkeypatch):
         ls.resolve_fixtures(["--model-path", "fixture:no-such-model"])
     assert e.value.message.startswith("unknown fixture fixture:no-such-model; known: ")
     assert not (tmp_path / "models").exists()
+
+
+def _tree(algorithm: str, steps: int, topk: int, draft_tokens: int) -> list:
+    return ["--speculative-algorithm", algorithm, "--speculative-num-steps", str(steps),
+            "--speculative-eagle-topk", str(topk), "--speculative-num-draft-tokens", str(draft_tokens)]
+
+
+@pytest.mark.parametrize("algorithm,steps,topk,draft,refused", [
+    ("EAGLE", 3, 4, 4, None),  # topk above the draft width: served (the root keeps 3 of its 4 children)
+    ("EAGLE", 2, 4, 2, "--speculative-num-draft-tokens 2 is below --speculative-num-steps + 1 = 3"),
+    ("STANDALONE", 3, 2, 3, "--speculative-num-draft-tokens 3 is below --speculative-num-steps + 1 = 4"),
+    ("EAGLE3", 1, 2, 4, "(1 + topk + (steps - 1) * topk^2 = 3)"),
+    ("EAGLE", 2, 2, 7, None),  # the largest tree of 2 steps and topk 2
+    ("NEXTN", 2, 2, 8, "holds (1 + topk + (steps - 1) * topk^2 = 7)"),
+    ("EAGLE", 3, 1, 2, None),  # a chain: SGLang sets the draft tokens to steps + 1 itself
+    ("NGRAM", 1, 8, 2, None),  # not an EAGLE tree
+])
+def test_draft_trees_sglang_cannot_serve_are_refused(algorithm, steps, topk, draft, refused):
+    argv = _tree(algorithm, steps, topk, draft)
+    if refused is None:
+        ls.check_draft_tree(argv)
+        return
+    with pytest.raises(ls.LaunchError) as e:
+        ls.check_draft_tree(argv)
+    assert refused in e.value.message and "\n" not in e.value.message
+
+
+def test_a_draft_tree_flag_on_the_command_line_overrides_the_config_file():
+    yaml = ["--config", str(CONFIGS / "cpu_tiny_eagle.yaml")]  # steps 3, topk 1, draft tokens 4
+    ls.check_draft_tree(ls._merge_config([*yaml, "--speculative-eagle-topk", "4"]))
+    with pytest.raises(ls.LaunchError) as e:
+        ls.check_draft_tree(ls._merge_config([*yaml, "--speculative-eagle-topk", "4", "--speculative-num-steps", "5"]))
+    assert e.value.message.startswith("--speculative-num-draft-tokens 4 is below --speculative-num-steps + 1 = 6")
+
+
+def test_a_draft_tree_sglang_cannot_serve_is_a_one_line_error(tmp_path):
+    r = _run(["--model-path", str(tmp_path), *_tree("EAGLE", 2, 4, 2)])
+    assert r.returncode == 2 and "Traceback" not in r.stderr
+    lines = [line for line in r.stderr.splitlines() if "error:" in line]
+    assert len(lines) == 1 and "--speculative-num-draft-tokens 2 is below" in lines[0], r.stderr
+
+
+def test_rejection_sampling_is_refused_where_the_cpu_serves_sampled_verify():
+    argv = ["--speculative-algorithm", "EAGLE", "--speculative-use-rejection-sampling"]
+    ls.check_cpu_sampler(argv, cpu_sampling=False)  # sampled rows verified greedily: nothing launches Triton
+    ls.check_cpu_sampler(argv[:2], cpu_sampling=True)
+    with pytest.raises(ls.LaunchError) as e:
+        ls.check_cpu_sampler(argv, cpu_sampling=True)
+    assert e.value.message.startswith("--speculative-use-rejection-sampling is not served on CPU")
+
+
+def test_rejection_sampling_on_cpu_is_a_one_line_error(tmp_path, monkeypatch):
+    monkeypatch.setenv("SGLANG_ASD_CPU_SAMPLING", "on")
+    r = _run(["--model-path", str(tmp_path), *_tree("EAGLE", 3, 1, 4), "--speculative-use-rejection-sampling"])
+    assert r.returncode == 2 and "Traceback" not in r.stderr
+    lines = [line for line in r.stderr.splitlines() if "error:" in line]
+    assert len(lines) == 1 and "--speculative-use-rejection-sampling is not served on CPU" in lines[0], r.stderr
+
+
+
+def _bag(path, **fields):
+    """One of SGLang's resolved settings namespaces (``runtime_context._ConfigBag``), as ``get_spec()``
+    and ``get_disagg()`` return them."""
+    from sglang.srt.runtime_context import _ConfigBag
+
+    bag = _ConfigBag(path)
+    for name, value in fields.items():
+        bag._set(name, value)
+    return bag
+
+
+@pytest.mark.parametrize("topk, linear", [(None, True), (1, True), ("1", True), (2, False), (8, False)])
+def test_uno_receipts_say_where_asd_cannot_decide(monkeypatch, topk, linear):
+    """UNO needs CUDA (FA3), so this drives the reason logic with SGLang's own settings objects: linear
+    UNO (topk 1, SGLang's default) accepts in its worker, so every request is unsupported and ASD is
+    refused at start-up; on tree UNO greedy requests are decided in eagle_sample, and sampled ones say
+    "sampling" at any budget (its sparse sampler bypasses the hooked kernel)."""
+    from sglang.srt import runtime_context
+    from sglang.srt.speculative.spec_info import SpeculativeAlgorithm
+
+    from sglang_asd.policy import ASDConfig
+    from sglang_asd.sglang_seams import modes
+    from sglang_asd.sglang_seams.scheduler.scheduler import _reason
+    from sglang_asd.sglang_seams.state.request_ledger import RequestASD, RequestLedger
+
+    spec = _bag("spec", speculative_algorithm="UNO", speculative_eagle_topk=topk)
+    disagg = _bag("disagg", disaggregation_mode="null")
+    monkeypatch.setattr(runtime_context, "get_spec", lambda: spec)
+    monkeypatch.setattr(runtime_context, "get_disagg", lambda: disagg)
+    unsupported = modes.process_unsupported_mode()
+    assert unsupported == ("unsupported:uno_linear" if linear else None)
+    why = modes.why_unsupported("UNO", None, topk)
+    assert (why is not None and "--speculative-eagle-topk" in why and "linear UNO" in why) is linear
+    uno = SpeculativeAlgorithm.UNO
+    greedy = type("P", (), {"top_k": 1, "temperature": 0.0})()
+    sampled = type("P", (), {"top_k": -1, "temperature": 0.8})()
+    for budget in (0.0, 8.0):
+        choice = RequestASD(budget, ASDConfig())
+        reason = _reason(choice, sampled, True, unsupported, uno)
+        assert reason == ("unsupported:uno_linear" if linear else "sampling")
+        receipt = RequestLedger(choice=choice, reason=reason, sampled=True).receipt()
+        assert receipt["applied"] is False and receipt["reason"] == reason
+    assert _reason(RequestASD(8.0, ASDConfig()), greedy, True, unsupported, uno) == unsupported
+
+
+def test_linear_uno_is_refused_at_start_when_asd_is_asked_for(tmp_path):
+    r = _run(["--model-path", str(tmp_path), "--speculative-algorithm", "UNO", "--asd-default-budget", "8"])
+    assert r.returncode == 2 and "linear UNO accepts in its own worker" in r.stderr and "Traceback" not in r.stderr
+    r = _run(["--model-path", str(tmp_path), "--speculative-algorithm", "UNO", "--speculative-eagle-topk", "4",
+              "--asd-default-budget", "8"])
+    assert "linear UNO" not in r.stderr
