@@ -87,9 +87,14 @@ def test_zero_budget_is_the_exact_walk():
 
 
 def test_sibling_bound_above_w_minus_1():
-    """EAGLE with topk > draft tokens - 1: the bound is clamped to W - 1, in both verifiers."""
-    rnd = make_sampled_round(33, bs=4, K=3, V=24, shape="tree")
-    check(rnd, max_children=rnd.W + 5)
+    """EAGLE with topk 8 and 5 draft tokens (SGLang serves it): trees as SGLang builds them and a
+    star (the root with W - 1 children); the bound is clamped to W - 1 in both verifiers."""
+    from sglang_asd.testing.trees import eagle_draft, eagle_parents
+
+    parent_list, selected = eagle_draft(4, 8, 2, 5, torch.Generator().manual_seed(33))
+    parents = [eagle_parents(parent_list[b].tolist(), selected[b].tolist(), 8) for b in range(4)]
+    rnd = make_sampled_round(33, K=2, V=24, parents=parents + [[-1, 0, 0, 0, 0]], budget="ample", peaked=4.0)
+    check(rnd, max_children=8)
 
 
 def test_ngram_like_block():
