@@ -121,16 +121,20 @@ class Ask:
     sampled: bool
     budget: float
     rule: str
+    min_p: float = 0.0  # SGLang's min-p (its torch sampler asserts on min-p with seeds; the CPU seam serves it)
 
     def body(self, i: int) -> dict:
         # Sampled: temperature 0.1 relaxes nodes on the tiny target, 0.8 is a plain sampled request.
         temperature = 0.0 if not self.sampled else (0.1 if i % 2 else 0.8)
         params = {"temperature": temperature, "max_new_tokens": MAX_NEW, "ignore_eos": True,
                   "sampling_seed": 1000 + i, "asd_budget": self.budget, "asd_rule": self.rule}
+        if self.min_p:
+            params["min_p"] = self.min_p
         return {"text": PROMPTS[i % len(PROMPTS)], "sampling_params": params}
 
 
 BURST = [Ask(sampled, budget, rule) for sampled in (False, True) for budget in BUDGETS for rule in RULES]
+BURST.append(Ask(True, 8, "asd", min_p=0.2))
 
 
 def check_greedy(out: dict, ask: Ask) -> None:

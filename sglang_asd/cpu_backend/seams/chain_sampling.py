@@ -21,9 +21,10 @@ What runs, chosen to match what SGLang's CPU path does for EAGLE (``sampling.py`
   a GPU. DSPARK's name is bound to :func:`chain_speculative_sampling`, the arithmetic of SGLang's
   ``speculative_sampling_classic_kernel`` in torch: per draft token the rejection test
   ``coin * q < p`` (q a probability), the residual ``max(p - q, 0)`` (or ``p`` when every draft was
-  accepted) sampled by inverse CDF with the final coin, and ``block_verification``
-  (``--speculative-use-block-verification``, Algorithm 2 of arXiv 2403.10444) with its prefix
-  probabilities and residual masses. Checked against a plain per-row reference on seeded cases and
+  accepted) sampled by inverse CDF with the final coin, and ``block_verification`` (Algorithm 2
+  of arXiv 2403.10444) with its prefix probabilities and residual masses, so the binding keeps the
+  kernel's whole signature (SGLang 0.5.23 refuses ``--speculative-use-block-verification`` on CPU
+  at start-up: "only supports CUDA or ROCm"). Checked against a plain per-row reference on seeded cases and
   for exactness (the output token's distribution is the target's) in
   ``tests/cpu_backend/test_chain_sampling.py``; it cannot be compared with the Triton kernel here
   (no CPU driver). DFLASH's names get ``sampling.tree_speculative_sampling_target_only`` and True,
