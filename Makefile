@@ -26,4 +26,4 @@ test-fast: setup
 	$(PY) -m pytest -q -ra -n 2 -m "not server" tests
 
 bench-verify: setup
-	$(PY) scripts/verify_microbench.py --out docs/verify_bench.json
+	$(PY) scripts/verify_microbench.py --sampled --out docs/verify_bench.json

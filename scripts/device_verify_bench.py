@@ -21,7 +21,18 @@ checkout, it imports ``sglang_asd.verify`` and ``sglang_asd.testing`` by path.
      asd_torch     the torch reference verifier
    ratio = asd_triton / strict; ms per output token = ms / (bs * mean accepted length + bs).
 4. tuning: the vocabulary pass's tile and warps on the largest size.
-5. pytest on the device: tests/verify parity, dispatch and warmup (nothing compiles after it).
+5. sampled: the fused sampled verify (``asd_sampled_verify_triton``) against SGLang's target-only
+   sampling kernel (``sgl_kernel.tree_speculative_sampling_target_only``; its torch stand-in port
+   where ``sgl_kernel`` does not import, said in the report) and the torch sampled verifier, chains
+   and EAGLE trees at bs 1/16/64, V 152k: parity with the torch verifier (``torch.equal``, every
+   output), then eager and CUDA-graph times; goal ``asd_fused / sglang <= 1.10``. With
+   ``sgl_kernel`` also the greedy pair, SGLang's ``verify_tree_greedy`` against ``asd_select``
+   (both given the argmax), goal <= 1.05. The ratio is the kernel's, not the seam's: the seam
+   today runs SGLang's kernel and then ASD's on the same step (docs/VERIFY_KERNEL.md). On CUDA
+   also the arm ``asd_fused_k`` (the node charges in the kernel, ``charges_in_kernel=True``) and
+   its parity, recorded apart (``sampled_charges_in_kernel_parity``): the evidence to turn
+   ``triton_sampled_verify.CHARGES_IN_KERNEL`` on.
+6. pytest on the device: tests/verify parity (greedy and sampled), dispatch and warmup.
 Writes JSON to ``--out`` (also on failure), prints progress and a table; exit 1 on a parity or
 safety failure.
 """
@@ -79,6 +90,9 @@ import triton  # noqa: E402
 from sglang_asd.testing import make_round, strict_verify  # noqa: E402
 from sglang_asd.verify import triton_verify as tv  # noqa: E402
 from sglang_asd.verify.torch_verify import asd_verify_torch  # noqa: E402
+from sglang_asd.testing.sampled import sampled_round  # noqa: E402
+from sglang_asd.verify import triton_sampled_verify as tsv  # noqa: E402
+from sglang_asd.verify.sampled_verify import asd_sampled_verify  # noqa: E402
 
 DEVICE = "cuda" if CUDA else "cpu"
 T0 = time.perf_counter()
@@ -340,6 +354,138 @@ def tuning(report):
     log(f"tuning bs={bs} {name} V={V}: best {best[0]} {best[1]:.4f} ms (default block{tv.BLOCK_V}_warps{tv.VOCAB_WARPS})")
 
 
+# ---------------------------------------------------------------- 5. sampled
+SAMPLED_SHAPES = [("chain4", False, 4, 3), ("chain8", False, 8, 7), ("tree8", True, 8, 4), ("tree16", True, 16, 5)]
+SAMPLED_BATCHES = [1, 16, 64]
+SAMPLED_GOAL, GREEDY_GOAL = 1.10, 1.05
+SAMPLED_FIELDS = ("spent", "num_relaxed", "relaxed", "relaxed_token", "relaxed_q", "relaxed_accept_prob",
+                  "relaxed_charge", "relaxed_accepted")
+
+
+def sglang_kernels():
+    """(source, sampling, greedy): SGLang's sampling and greedy verify kernels from ``sgl_kernel``;
+    without it the torch stand-in port of the sampling kernel and no greedy kernel."""
+    try:
+        import sgl_kernel
+
+        return "sgl_kernel", sgl_kernel.tree_speculative_sampling_target_only, sgl_kernel.verify_tree_greedy
+    except (ImportError, AttributeError):
+        import importlib.util
+
+        spec = importlib.util.spec_from_file_location("cuda_standin_ops", ROOT / "scripts/device/cuda_standin/ops.py")
+        ops = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(ops)
+        return "standin (torch port; sgl_kernel not importable)", ops.tree_speculative_sampling_target_only, None
+
+
+def sampled_cases():
+    if ARGS.dry_run:
+        return [("chain4", False, 4, 3, 1, 64), ("tree8", True, 8, 4, 2, 64)]
+    return [(name, tree, W, K, bs, VOCABS[0]) for bs in SAMPLED_BATCHES for name, tree, W, K in SAMPLED_SHAPES]
+
+
+def sampled(report):
+    source, sglang_sampling, sglang_greedy = sglang_kernels()
+    report["sampled_sglang_kernel"] = source
+    log(f"sampled: SGLang's kernel from {source}")
+    for name, tree, W, K, bs, V in sampled_cases():
+        if time.perf_counter() - T0 > ARGS.budget_s + 90:
+            report["skipped"].append(dict(section="sampled", shape=name, bs=bs, reason="time budget"))
+            continue
+        try:
+            sampled_case(report, name, tree, W, K, bs, V, sglang_sampling, sglang_greedy)
+        except Exception as e:  # one broken case must not cost the rest of the lease
+            report["errors"].append(dict(section="sampled", shape=name, bs=bs, error=f"{type(e).__name__}: {e}"[:1000]))
+            log(f"ERROR sampled {name} bs={bs}: {type(e).__name__}: {e}")
+        if CUDA:
+            torch.cuda.empty_cache()
+
+
+def sampled_case(report, name, tree, W, K, bs, V, sglang_sampling, sglang_greedy):
+    rnd = sampled_round(bs, W, K, V, tree, device=DEVICE, seed=bs * 100 + W)
+    case = dict(shape=name, tree=tree, bs=bs, W=rnd.candidates.shape[1], K=K, V=V)
+    ref_bufs, out_bufs = rnd.buffers(), rnd.buffers()
+    ref = asd_sampled_verify(*ref_bufs, *rnd.inputs())
+    out = tsv.asd_sampled_verify_triton(*out_bufs, *rnd.inputs(), **({"block_v": 16} if ARGS.dry_run else {}))
+    bad = [n for n, a, b in zip(("predicts", "accept_index", "accept_token_num"), ref_bufs, out_bufs)
+           if not torch.equal(a, b)]
+    bad += [f for f in SAMPLED_FIELDS if not torch.equal(getattr(ref, f), getattr(out, f))]
+    report["parity"].append(dict(kind="sampled", **case, ok=not bad, mismatched=bad))
+    if bad:
+        log(f"PARITY FAIL sampled {case}: {bad}")
+    if CUDA:  # the charges in the kernel (libdevice; off by default until this shows parity): recorded apart
+        k_bufs = rnd.buffers()
+        k_out = tsv.asd_sampled_verify_triton(*k_bufs, *rnd.inputs(), charges_in_kernel=True)
+        k_bad = [n for n, a, b in zip(("predicts", "accept_index", "accept_token_num"), ref_bufs, k_bufs)
+                 if not torch.equal(a, b)]
+        k_bad += [f for f in SAMPLED_FIELDS if not torch.equal(getattr(ref, f), getattr(k_out, f))]
+        report["sampled_charges_in_kernel_parity"].append(dict(**case, ok=not k_bad, mismatched=k_bad))
+        log(f"sampled charges_in_kernel parity {name} bs={bs}: {'ok' if not k_bad else k_bad}")
+    if CUDA:  # no host sync in the fused call
+        try:
+            torch.cuda.set_sync_debug_mode("error")
+            tsv.asd_sampled_verify_triton(*rnd.buffers(), *rnd.inputs())
+            case["no_host_sync"] = True
+        except RuntimeError as e:
+            case["no_host_sync"], case["sync_error"] = False, str(e)[:500]
+            report["errors"].append(dict(section="sampled", shape=name, bs=bs, error=case["sync_error"]))
+        finally:
+            torch.cuda.set_sync_debug_mode(0)
+    bufs = [rnd.buffers() for _ in range(3)]
+    draft_probs = torch.zeros_like(rnd.probs)  # SGLang's target-only call takes zeros (rejected siblings' q land here)
+    sg = rnd.sglang_inputs()
+    arms = {
+        "sglang": lambda: sglang_sampling(*bufs[0], *sg[:7], draft_probs, *sg[8:]),
+        "asd_fused": lambda: tsv.asd_sampled_verify_triton(*bufs[1], *rnd.inputs()),
+        "asd_torch": lambda: asd_sampled_verify(*bufs[2], *rnd.inputs()),
+    }
+    if CUDA:
+        k_bufs = rnd.buffers()
+        arms["asd_fused_k"] = lambda: tsv.asd_sampled_verify_triton(*k_bufs, *rnd.inputs(), charges_in_kernel=True)
+    reps = 2 if ARGS.dry_run else ARGS.reps
+    rec = dict(case, eager_ms=time_eager(arms, reps))
+    if CUDA:
+        try:
+            rec["graph_ms"] = time_graphs(arms, reps)
+        except Exception as e:
+            rec["graph_error"] = f"{type(e).__name__}: {e}"[:1000]
+            log(f"sampled graph capture failed: {rec['graph_error']}")
+    if sglang_greedy is not None:  # the greedy pair on the same tree, both given the argmax
+        try:
+            rec.update(greedy_pair(rnd, K, sglang_greedy, reps))
+        except Exception as e:  # an sgl_kernel signature change must not cost the sampled numbers
+            rec["greedy_error"] = f"{type(e).__name__}: {e}"[:1000]
+            log(f"greedy pair failed: {rec['greedy_error']}")
+    ms = rec.get("graph_ms", rec["eager_ms"])
+    rec["ratio_asd_fused_vs_sglang"] = ms["asd_fused"] / ms["sglang"]
+    rec["ratio_asd_torch_vs_sglang"] = ms["asd_torch"] / ms["sglang"]
+    if "asd_fused_k" in ms:
+        rec["ratio_asd_fused_k_vs_sglang"] = ms["asd_fused_k"] / ms["sglang"]
+    rec["goal_met"] = rec["ratio_asd_fused_vs_sglang"] <= SAMPLED_GOAL
+    report["sampled"].append(rec)
+    log(f"sampled {name:6s} bs={bs:3d} sglang={ms['sglang']:.4f} asd_fused={ms['asd_fused']:.4f} "
+        f"asd_torch={ms['asd_torch']:.4f} ratio={rec['ratio_asd_fused_vs_sglang']:.2f} (goal {SAMPLED_GOAL})")
+
+
+def greedy_pair(rnd, K, sglang_greedy, reps) -> dict:
+    """SGLang's ``verify_tree_greedy`` against ``asd_select`` (the fused greedy kernel given the
+    argmax, the seam's case) on the round's tree, the probabilities standing in for logits."""
+    bs, W = rnd.candidates.shape
+    tp = rnd.probs.argmax(dim=-1)  # [bs, W]
+    logits = rnd.probs.view(bs * W, -1)
+    zeros = torch.zeros(bs, device=DEVICE)
+    bufs = rnd.buffers()
+    arms = {
+        "sglang_greedy": lambda: sglang_greedy(*bufs, rnd.candidates, rnd.retrieve_index, rnd.next_token,
+                                               rnd.next_sibling, tp),
+        "asd_select": lambda: tv.asd_verify_triton(rnd.candidates, logits, rnd.next_token, rnd.next_sibling, zeros,
+                                                   zeros, zeros.int(), K, target_predict=tp),
+    }
+    ms = time_graphs(arms, reps) if CUDA else time_eager(arms, reps)
+    ratio = ms["asd_select"] / ms["sglang_greedy"]
+    return dict(greedy_ms=ms, ratio_asd_select_vs_sglang_greedy=ratio, greedy_goal_met=ratio <= GREEDY_GOAL)
+
+
 def run_pytest(report):
     if ARGS.dry_run or ARGS.no_pytest:
         return
@@ -348,7 +494,7 @@ def run_pytest(report):
         report["skipped"].append(dict(section="pytest", reason="time budget"))
         return
     cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/verify/test_triton_parity.py",
-           "tests/verify/test_dispatch.py", "tests/verify/test_warmup.py"]
+           "tests/verify/test_sampled_triton_parity.py", "tests/verify/test_dispatch.py", "tests/verify/test_warmup.py"]
     try:
         p = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=left - 10)
         report["pytest"] = dict(rc=p.returncode, tail=(p.stdout + p.stderr)[-2000:])
@@ -360,14 +506,14 @@ def run_pytest(report):
 def main():
     report = dict(dry_run=ARGS.dry_run, device=torch.cuda.get_device_name() if CUDA else "cpu (Triton interpreter)",
                   torch=torch.__version__, triton=triton.__version__, python=sys.version.split()[0],
-                  arms=["strict", "asd_triton", "asd_select", "asd_torch"], parity=[], safety={}, timing=[],
+                  arms=["strict", "asd_triton", "asd_select", "asd_torch"], parity=[], safety={}, timing=[], sampled=[], sampled_charges_in_kernel_parity=[],
                   skipped=[], errors=[])
     out = pathlib.Path(ARGS.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     failed = True
     try:
         log(f"device: {report['device']}, torch {torch.__version__}, triton {triton.__version__}")
-        for section in (parity_corner_cases, safety, timing, tuning, run_pytest):
+        for section in (parity_corner_cases, safety, timing, sampled, tuning, run_pytest):
             try:
                 section(report)
             except Exception as e:  # record it, go on with the next section
@@ -391,6 +537,13 @@ def summary(report):
         print(f"{r['shape']:7s} {r['bs']:4d} {r['V']:7d} {ms['strict']:8.4f} {ms['asd_triton']:8.4f} "
               f"{ms['asd_select']:8.4f} {ms['asd_torch']:8.4f} {r['ratio_asd_triton_vs_strict']:6.2f} "
               f"{r['ms_per_output_token']['asd_triton']:8.5f} {r['vocab_pass_GBps']:6.0f}")
+    if report["sampled"]:
+        print(f"\nsampled (SGLang's kernel: {report.get('sampled_sglang_kernel')})")
+        print(f"{'shape':7s} {'bs':>4s} {'sglang':>8s} {'asd_fus':>8s} {'asd_tor':>8s} {'ratio':>6s} {'goal':>5s}")
+        for r in report["sampled"]:
+            ms = r.get("graph_ms", r["eager_ms"])
+            print(f"{r['shape']:7s} {r['bs']:4d} {ms['sglang']:8.4f} {ms['asd_fused']:8.4f} {ms['asd_torch']:8.4f} "
+                  f"{r['ratio_asd_fused_vs_sglang']:6.2f} {str(r['goal_met']):>5s}")
     n_ok = sum(p["ok"] for p in report["parity"])
     print(f"parity {n_ok}/{len(report['parity'])}  safety {report['safety']}  skipped {len(report['skipped'])}  "
           f"ok={report['ok']}  {report['elapsed_s']:.0f}s  -> {ARGS.out}")

@@ -13,6 +13,12 @@ Writes ``--out`` (JSON: environment + one record per case) and the same stem wit
 (a markdown table). Runs on CPU, and on CUDA too when available (``--devices``).
 Time per case: median over ``--repeats`` calls per arm, the arms interleaved.
 
+``--sampled`` adds the sampled verifier (``asd-sampled``): the launch budget of one call, the
+greedy and sampled paths, torch and fused (aten ops and Triton launches, counted on the CPU by
+``sglang_asd.testing.launches``; the fused kernels run under Triton's interpreter here, which gives
+their counts, never a speed), and the CPU time of the torch sampled verifier at bs 1/16/64,
+chains and EAGLE trees. ``make bench-verify`` passes it.
+
 ``--rules`` adds the torch verifier with a per-row rule (issue 13), in the seam's case (SGLang's
 argmax given): every row ``threshold`` (rule gathers, no extra pass), every row ``margin`` (plus
 one top-2 pass over the vocabulary) and a mix of all four rules, against the asd-only call. On
@@ -30,7 +36,12 @@ import platform
 import statistics
 import time
 
+import sys
+
 import torch
+
+if "--sampled" in sys.argv and not torch.cuda.is_available() and "triton" not in sys.modules:
+    os.environ.setdefault("TRITON_INTERPRET", "1")  # the fused kernels' launch counts on a CPU host
 
 from sglang_asd.testing import make_round, strict_verify
 from sglang_asd.verify import asd_verify
@@ -109,6 +120,68 @@ def time_arms(x, repeats: int, device: str, rules: bool = False):
             {name: min(v) for name, v in times.items()})
 
 
+# (name, tree, W, K, topk): the launch-count and sampled timing shapes
+SAMPLED_SHAPES = [("chain4", False, 5, 4, 1), ("chain8", False, 9, 8, 1), ("chain16", False, 17, 16, 1),
+                  ("tree8", True, 8, 4, 2), ("tree16", True, 16, 5, 4)]
+
+
+def launch_counts(device: str) -> list:
+    """One record per (path, shape, bs): aten ops by kind, Triton launches, GPU launches."""
+    from sglang_asd.testing.launches import count_call
+    from sglang_asd.testing.sampled import sampled_round
+    from sglang_asd.verify import sampled_verify, triton_sampled_verify as tsv, triton_verify as tv
+    from sglang_asd.verify.torch_verify import asd_verify_torch
+
+    sampled_kernels = [(tsv, "sampled_node_q_kernel"), (tsv, "sampled_walk_kernel")]
+    greedy_kernels = [(tv, "row_argmax_partials_kernel"), (tv, "asd_select_kernel")]
+    records = []
+    for (name, tree, W, K, topk), bs in itertools.product(SAMPLED_SHAPES, (1, 16)):
+        rnd = sampled_round(bs, W, K, 64, tree, device=device, topk=topk)
+        greedy = make_round(seed=K, bs=bs, W=W, K=K, V=64, shape="eagle" if tree else "chain", topk=topk,
+                            logits="normal", rows="asd", device=device)
+        args, kwargs = greedy.args(target_predict=True)
+        arms = {
+            "sampled_torch": (lambda b=rnd.buffers(): sampled_verify.asd_sampled_verify(*b, *rnd.inputs()), []),
+            "sampled_fused": (lambda b=rnd.buffers(): tsv.asd_sampled_verify_triton(*b, *rnd.inputs()),
+                              sampled_kernels),
+            "greedy_torch": (lambda: asd_verify_torch(*args, **kwargs), []),
+            "greedy_fused": (lambda: tv.asd_verify_triton(*args, **kwargs), greedy_kernels),
+        }
+        for path, (fn, kernels) in arms.items():
+            c = count_call(fn, kernels)
+            records.append(dict(path=path, shape=name, W=W, K=K, bs=bs, aten_compute=c.compute, aten_views=c.views,
+                                aten_allocations=c.allocations, triton=c.triton, gpu_launches=c.gpu_launches))
+            print(f"launches {path:13} {name:7} bs={bs:<3} gpu launches {c.gpu_launches:5} "
+                  f"(aten compute {c.compute}, triton {c.triton}; views {c.views}, allocations {c.allocations})",
+                  flush=True)
+    return records
+
+
+def sampled_timings(V_list, repeats: int, device: str) -> list:
+    """CPU (or CUDA) time of the torch sampled verifier, median of ``repeats`` calls."""
+    from sglang_asd.testing.sampled import sampled_round
+    from sglang_asd.verify.sampled_verify import asd_sampled_verify
+
+    sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
+    records = []
+    for V, (name, tree, W, K, topk), bs in itertools.product(V_list, SAMPLED_SHAPES, (1, 16, 64)):
+        rnd = sampled_round(bs, W, K, V, tree, device=device, topk=topk)
+        buffers = [rnd.buffers() for _ in range(repeats + 2)]
+        times = []
+        for i, b in enumerate(buffers):
+            sync()
+            t0 = time.perf_counter()
+            asd_sampled_verify(*b, *rnd.inputs())
+            sync()
+            if i >= 2:  # two warm-up calls
+                times.append(time.perf_counter() - t0)
+        rec = dict(device=device, shape=name, W=W, K=K, bs=bs, V=V, sampled_torch_us=statistics.median(times) * 1e6)
+        records.append(rec)
+        print(f"{device:4} sampled torch {name:7} bs={bs:<3} V={V:<6} {rec['sampled_torch_us']:9.0f} us", flush=True)
+        del rnd, buffers
+    return records
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", required=True, help="JSON path; the markdown table goes next to it (.md)")
@@ -118,6 +191,8 @@ def main():
     parser.add_argument("--threads", type=int, default=2, help="torch CPU threads")
     parser.add_argument("--devices", default="auto", help="comma list of cpu,cuda; auto = cpu (+ cuda if present)")
     parser.add_argument("--rules", action="store_true", help="also time the torch verifier with per-row rules")
+    parser.add_argument("--sampled", action="store_true",
+                        help="also count every path's launches and time the torch sampled verifier")
     args = parser.parse_args()
 
     torch.set_num_threads(args.threads)
@@ -145,6 +220,11 @@ def main():
               f"asd {rec['asd_us']:9.0f} us  ratio {rec['ratio']:.3f} (min: {rec['ratio_min']:.3f})", flush=True)
         del x
 
+    launches, sampled = [], []
+    if args.sampled:
+        launches = launch_counts("cuda" if "cuda" in devices else "cpu")
+        for device in devices:
+            sampled += sampled_timings(grid["V"], max(3, args.repeats // 3), device)
     env = dict(torch=torch.__version__, python=platform.python_version(), machine=platform.machine(),
                cpus=os.cpu_count(), load_average=[round(x, 2) for x in os.getloadavg()],
                threads=args.threads, repeats=args.repeats, grid=args.grid,
@@ -152,8 +232,8 @@ def main():
                strict_impl="sglang_asd.testing.strict_verify (torch; sgl_kernel not installed)")
     out = pathlib.Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(dict(env=env, records=records), indent=2))
-    out.with_suffix(".md").write_text(markdown(env, records))
+    out.write_text(json.dumps(dict(env=env, records=records, launches=launches, sampled=sampled), indent=2))
+    out.with_suffix(".md").write_text(markdown(env, records) + sampled_markdown(launches, sampled))
     print(f"wrote {out} and {out.with_suffix('.md')}")
 
 
@@ -186,6 +266,27 @@ def markdown(env, records) -> str:
             f"{r['asd_us_per_token']:.1f} | {r['strict_post_argmax_us']:.0f} | {r['asd_post_argmax_us']:.0f} |"
         )
     return "\n".join(lines + rule_lines) + "\n"
+
+
+def sampled_markdown(launches, sampled) -> str:
+    if not launches and not sampled:
+        return ""
+    lines = ["", "Launch budget of one verify call (GPU launches = aten ops that compute + Triton launches; "
+             "counted on the CPU, the fused kernels under Triton's interpreter):", "",
+             "| shape | W | K | bs | sampled torch | sampled fused | greedy torch | greedy fused |",
+             "|---|---:|---:|---:|---:|---:|---:|---:|"]
+    by_case = {}
+    for r in launches:
+        by_case.setdefault((r["shape"], r["W"], r["K"], r["bs"]), {})[r["path"]] = r["gpu_launches"]
+    for (shape, W, K, bs), c in by_case.items():
+        lines.append(f"| {shape} | {W} | {K} | {bs} | {c['sampled_torch']} | {c['sampled_fused']} | "
+                     f"{c['greedy_torch']} | {c['greedy_fused']} |")
+    if sampled:
+        lines += ["", "Torch sampled verifier, median time per call:", "", "| device | shape | W | K | bs | V | us |",
+                  "|---|---|---:|---:|---:|---:|---:|"]
+        lines += [f"| {r['device']} | {r['shape']} | {r['W']} | {r['K']} | {r['bs']} | {r['V']} | "
+                  f"{r['sampled_torch_us']:.0f} |" for r in sampled]
+    return "\n".join(lines) + "\n"
 
 
 if __name__ == "__main__":

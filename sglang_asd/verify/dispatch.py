@@ -9,6 +9,13 @@ the ledger table's view of the rules its rows use), never on tensor values, so i
 It is made for the whole batch: a batch with one margin or threshold row runs the torch verifier
 for every row (its cost: docs/VERIFY_KERNEL.md). A CUDA device without Triton runs the torch
 verifier and says so once in the log.
+
+``asd_sampled_verify``, the sampling branch's entry point, dispatches the same way: the fused
+Triton kernel (``triton_sampled_verify.asd_sampled_verify_triton``) when the target
+probabilities are float32 on a CUDA device and the in-place outputs are SGLang's int32 buffers,
+the torch verifier (``sampled_verify.asd_sampled_verify``) everywhere else; bit for bit the same
+result (``tests/verify/test_sampled_triton_parity.py``). The choice reads dtypes and devices
+only: no sync.
 """
 
 from __future__ import annotations
@@ -20,9 +27,13 @@ from typing import AbstractSet, Optional
 import torch
 
 from sglang_asd.policy.config import RULE_NAMES
+from sglang_asd.verify import sampled_verify
 from sglang_asd.verify.output import ASDVerifyOutput
 from sglang_asd.verify.rules import needs_torch_path
+from sglang_asd.verify.sampled_verify import SampledVerifyOutput
 from sglang_asd.verify.torch_verify import asd_verify_torch
+
+__all__ = ["ASDVerifyOutput", "SampledVerifyOutput", "asd_sampled_verify", "asd_verify"]
 
 logger = logging.getLogger(__name__)
 
@@ -62,3 +73,49 @@ def asd_verify(
                                 rules_present=rules_present, tree_depth_gate=tree_depth_gate)
     return impl(candidates, logits, retrieve_next_token, retrieve_next_sibling, remaining, gate, cap, depth,
                 stop_tokens=stop_tokens, target_predict=target_predict, tree_depth_gate=tree_depth_gate)
+
+
+@functools.lru_cache(maxsize=1)
+def _triton_sampled_verify():
+    """The fused sampled entry point, or None when Triton does not import (logged once)."""
+    try:
+        from sglang_asd.verify.triton_sampled_verify import asd_sampled_verify_triton
+    except ImportError as e:
+        logger.warning("sglang_asd: Triton is not importable (%s); the sampled verify runs the torch verifier "
+                       "on CUDA", e)
+        return None
+    return asd_sampled_verify_triton
+
+
+def asd_sampled_verify(
+    predicts: torch.Tensor,  # [bs*W] int32, mutable
+    accept_index: torch.Tensor,  # [bs, K+1] int32, mutable
+    accept_token_num: torch.Tensor,  # [bs] int32, mutable
+    candidates: torch.Tensor,  # [bs, W] int64
+    retrieve_index: torch.Tensor,  # [bs, W] int64
+    retrieve_next_token: torch.Tensor,  # [bs, W] int64
+    retrieve_next_sibling: torch.Tensor,  # [bs, W] int64
+    uniform_samples: torch.Tensor,  # [bs, W] float32
+    uniform_samples_for_final_sampling: torch.Tensor,  # [bs] float32
+    target_probs: torch.Tensor,  # [bs, W, V] float32
+    remaining: torch.Tensor,  # [bs] float32
+    floor: torch.Tensor,  # [bs] float32
+    cap: torch.Tensor,  # [bs] int32
+    power: torch.Tensor,  # [bs] float32
+    stop_tokens: Optional[torch.Tensor] = None,  # [bs, T] int64 -1 padded
+    threshold_single: float = 1.0,
+    threshold_acc: float = 1.0,
+    max_children: Optional[int] = None,
+) -> SampledVerifyOutput:
+    """The sampled verify (``sampled_verify.asd_sampled_verify`` documents it): the fused kernel on
+    CUDA, the torch verifier elsewhere."""
+    args = (predicts, accept_index, accept_token_num, candidates, retrieve_index, retrieve_next_token,
+            retrieve_next_sibling, uniform_samples, uniform_samples_for_final_sampling, target_probs, remaining,
+            floor, cap, power, stop_tokens, threshold_single, threshold_acc, max_children)
+    fusable = (target_probs.is_cuda and target_probs.dtype == torch.float32 and predicts.is_contiguous()
+               and accept_index.is_contiguous()
+               and all(t.dtype == torch.int32 for t in (predicts, accept_index, accept_token_num)))
+    impl = _triton_sampled_verify() if fusable else None
+    if impl is None:
+        return sampled_verify.asd_sampled_verify(*args)
+    return impl(*args)

@@ -241,14 +241,18 @@ def _bonus(
     coin: torch.Tensor,  # [bs] float32
 ) -> torch.Tensor:
     """-> [bs] int64: inverse CDF of relu(p - p on the rejected tokens), SGLang's fallbacks (the
-    last positive entry, else V - 1) when rounding leaves no entry above the draw."""
+    last positive entry, else V - 1) when rounding leaves no entry above the draw. The CDF is the
+    float32 rounding of the sequential float64 prefix sums and the total its last entry (what
+    torch's CPU cumsum of float32 computes, made explicit), so a tiled kernel reproduces it bit for
+    bit; SGLang's kernel sums in float32 by blocks, which can differ in the last bit of u only."""
     bs, V = p.shape
     slot = torch.where(rejected, candidates.clamp(0, V - 1), V)
     dropped = torch.zeros(bs, V + 1, dtype=torch.bool, device=p.device).scatter_(1, slot, True)[:, :V]
     resid = (p - torch.where(dropped, p, torch.zeros_like(p))).clamp(min=0)  # SGLang's relu(q - draft_probs)
-    u = coin * resid.sum(dim=-1)
+    cdf = resid.double().cumsum(dim=-1)  # sequential float64 prefix sums, rounded below: the fused kernel's
+    u = coin * cdf[:, -1].float()
     positive = resid > 0
-    above = positive & (resid.cumsum(dim=-1) > u[:, None])
+    above = positive & (cdf.float() > u[:, None])
     first = above.int().argmax(dim=-1)
     last_positive = V - 1 - positive.flip(-1).int().argmax(dim=-1)
     fallback = torch.where(positive.any(dim=-1), last_positive, torch.full_like(last_positive, V - 1))

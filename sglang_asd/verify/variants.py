@@ -152,3 +152,46 @@ def example_call(key: SpecializationKey, V: int, device, *, logits_row_stride: O
     if key.has_target_predict:
         kwargs["target_predict"] = torch.zeros((bs, W), dtype=torch.int64, device=device)
     return args, kwargs
+
+
+# --- the fused sampled verify (``triton_sampled_kernels.py``)
+#
+# What creates a variant: ``W_PAD = next_pow2(W)``, the one constexpr that varies (tile shapes; the
+# warps follow from it; ``BLOCK_V`` is a module constant). What creates none: bs (the grids), K, W
+# itself, V, the strides, the stop-token width and the sibling bound (runtime ints marked
+# ``do_not_specialize``), every address (``do_not_specialize_on_alignment``), the thresholds
+# (float32 arguments), the dtypes (the wrapper casts the index, coin and ledger tensors to the
+# contract's; ``dispatch.asd_sampled_verify`` sends only float32 probabilities and int32 outputs).
+# So a server's sampled variants are one per W_PAD of its verify shapes.
+
+
+class SampledKey(NamedTuple):
+    """The compiled variants (both kernels) of one fused sampled verify call."""
+
+    kernel: str  # "asd_sampled"
+    W_PAD: int
+
+
+def sampled_key(W: int) -> SampledKey:
+    if not isinstance(W, int) or isinstance(W, bool) or W < 1:
+        raise ValueError(f"W must be an integer >= 1, got {W!r}")
+    return SampledKey("asd_sampled", 1 << (W - 1).bit_length())
+
+
+def sampled_keys(shapes: Iterable[Tuple[int, int]]) -> FrozenSet[SampledKey]:
+    """Every sampled key a server with these (W, K) verify shapes can produce."""
+    return frozenset(sampled_key(W) for W, _ in shapes)
+
+
+def sampled_example_call(W: int, K: int, V: int, device, *, bs: int = 1, stop_width: int = 1):
+    """The positional args of a ``asd_sampled_verify_triton`` call on dummy tensors of these shapes."""
+    ix = dict(dtype=torch.int64, device=device)
+    f32 = dict(dtype=torch.float32, device=device)
+    none = torch.full((bs, W), -1, **ix)
+    return (torch.zeros(bs * W, dtype=torch.int32, device=device), torch.full((bs, K + 1), -1, dtype=torch.int32,
+                                                                                device=device),
+            torch.zeros(bs, dtype=torch.int32, device=device), torch.zeros((bs, W), **ix),
+            torch.arange(bs * W, **ix).view(bs, W), none, none, torch.zeros((bs, W), **f32), torch.zeros(bs, **f32),
+            torch.full((bs, W, V), 1.0 / V, **f32), torch.zeros(bs, **f32), torch.zeros(bs, **f32),
+            torch.zeros(bs, dtype=torch.int32, device=device), torch.zeros(bs, **f32),
+            torch.full((bs, stop_width), -1, **ix))

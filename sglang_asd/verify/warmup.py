@@ -8,8 +8,9 @@ compile and needs device memory outside the torch allocator; SGLang warns about 
 configuration, and ``warmup`` launches each once before serving.
 
 The variants themselves (what creates one, why the enumeration is complete) are modelled in
-``variants.py``; this module only launches them. ``key_of_call`` and ``verify_shapes`` are
-re-exported for the scheduler seam (``sglang_seams/scheduler/verify_warmup.py``).
+``variants.py``; this module only launches them: the greedy kernels' and the sampled kernels'
+(``warmup_sampled``, called by ``warmup``, so the scheduler seam warms both). ``key_of_call`` and
+``verify_shapes`` are re-exported for the scheduler seam (``sglang_seams/scheduler/verify_warmup.py``).
 """
 
 from __future__ import annotations
@@ -19,14 +20,18 @@ from typing import FrozenSet, Iterable, Optional, Tuple
 import torch
 
 from sglang_asd.verify.variants import (
+    SampledKey,
     SpecializationKey,
     enumerate_specializations,
     example_call,
     key_of_call,
+    sampled_example_call,
+    sampled_key,
     verify_shapes,
 )
 
-__all__ = ["SpecializationKey", "enumerate_specializations", "key_of_call", "verify_shapes", "warmup"]
+__all__ = ["SampledKey", "SpecializationKey", "enumerate_specializations", "key_of_call", "verify_shapes", "warmup",
+           "warmup_sampled"]
 
 
 def warmup(device, shapes: Iterable[Tuple[int, int]], V: int, logits_dtypes: Iterable = ("bfloat16",), *,
@@ -45,4 +50,25 @@ def warmup(device, shapes: Iterable[Tuple[int, int]], V: int, logits_dtypes: Ite
             args, kwargs = example_call(key, V, device, logits_row_stride=logits_row_stride)
             asd_verify_triton(*args, **kwargs)
         torch.cuda.synchronize(device)  # start-up, not the hot path: surface a launch error here
+    warmup_sampled(device, shapes, V)
     return keys
+
+
+def warmup_sampled(device, shapes: Iterable[Tuple[int, int]], V: int) -> FrozenSet[SampledKey]:
+    """Launch the fused sampled verify once per ``variants.sampled_key`` of the (W, K) shapes on
+    ``device`` (a no-op elsewhere than CUDA); -> the keys. ``warmup`` calls it: every speculative
+    server warms its sampling branch too, one variant per draft-width class, whether or not a
+    sampled request ever comes (a few launches at start-up)."""
+    first = {}
+    for W, K in sorted(shapes):
+        first.setdefault(sampled_key(W), (W, K))
+    device = torch.device(device)
+    if device.type != "cuda":
+        return frozenset(first)
+    from sglang_asd.verify.triton_sampled_verify import asd_sampled_verify_triton
+
+    with torch.cuda.device(device):
+        for key, (W, K) in sorted(first.items()):
+            asd_sampled_verify_triton(*sampled_example_call(W, K, V, device))
+        torch.cuda.synchronize(device)
+    return frozenset(first)

@@ -24,9 +24,13 @@ def test_dry_run_writes_a_passing_report(tmp_path):
     report = json.loads(out.read_text())
     assert report["dry_run"] and report["ok"]
     assert report["parity"] and all(c["ok"] for c in report["parity"])
-    assert {c["kind"] for c in report["parity"]} == {"corner", "size"}
+    assert {c["kind"] for c in report["parity"]} == {"corner", "size", "sampled"}
     assert len(report["timing"]) == 2 and not report["skipped"]
     for rec in report["timing"]:
         assert set(rec["eager_ms"]) == {"strict", "asd_triton", "asd_select", "asd_torch"}
         assert rec["ratio_asd_triton_vs_strict"] > 0 and rec["ms_per_output_token"]["strict"] > 0
+    assert len(report["sampled"]) == 2 and report["sampled_sglang_kernel"].startswith("standin")
+    for rec in report["sampled"]:  # SGLang's sampling kernel (its stand-in port on CPU) against ASD's
+        assert set(rec["eager_ms"]) == {"sglang", "asd_fused", "asd_torch"}
+        assert rec["ratio_asd_fused_vs_sglang"] > 0 and isinstance(rec["goal_met"], bool)
     assert "parity" in p.stdout and "ok=True" in p.stdout  # the table is printed last

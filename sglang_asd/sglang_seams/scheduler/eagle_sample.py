@@ -105,7 +105,7 @@ from sglang_asd.sglang_seams.scheduler.verify_warmup import check_variant
 from sglang_asd.sglang_seams.state.ledger_table import LedgerRows
 from sglang_asd.verify import ASDVerifyOutput, asd_verify
 from sglang_asd.verify.rules import rows_on, sampled_rows_on
-from sglang_asd.verify.sampled_verify import SampledVerifyOutput, asd_sampled_verify
+from sglang_asd.verify.dispatch import SampledVerifyOutput, asd_sampled_verify
 from sglang_asd.verify.tp import rank_consistent
 
 EAGLE_SAMPLE = "sglang.srt.speculative.eagle_utils.eagle_sample"
