@@ -131,7 +131,11 @@ def test_a_launched_cpu_server_records_its_mode_in_the_run_identity(monkeypatch)
     from sglang_asd.bench.server import identity, with_launch_facts
 
     monkeypatch.setenv(env.GEMM_ENV, "native")
+    monkeypatch.delenv(env.CPU_SAMPLING_ENV, raising=False)
     info = {"device": "cpu", "dtype": "bfloat16"}
+    # the CPU sampling verify is on by default, and part of the identity only when on
+    assert identity(with_launch_facts(info, launched=True)) == {**info, "cpu_gemm": "native", "cpu_sampling": "on"}
+    monkeypatch.setenv(env.CPU_SAMPLING_ENV, "off")
     assert identity(with_launch_facts(info, launched=True)) == {**info, "cpu_gemm": "native"}
     monkeypatch.delenv(env.GEMM_ENV)
     assert with_launch_facts(info, launched=True)["cpu_gemm"] == env.gemm_mode()  # auto, resolved
