@@ -1,8 +1,9 @@
 """Serving modes in which ASD cannot run, and how they are refused.
 
-ASD decides in the verify step (``eagle_sample.py`` for the EAGLE family, STANDALONE and NGRAM;
-``dspark_accept.py`` and ``dflash_accept.py`` for the block drafters) and reads its ledger through
-the request-pool slot hooks on ``ReqToTokenPool`` (``req_to_token_pool.py``). A mode that bypasses
+ASD decides in the verify step (``step/verify_step.py``, called by ``scheduler/eagle_sample.py`` for
+the EAGLE family, STANDALONE and NGRAM, and by ``dspark_accept.py`` and ``dflash_accept.py`` for the
+block drafters) and reads its ledger through the request-pool slot hooks on ``ReqToTokenPool``
+(``req_to_token_pool.py``). A mode that bypasses
 either would serve every request strictly while receipts claimed otherwise, so it is refused:
 - at start-up, when ``--asd-*`` flags ask for ASD (``sglang_asd.launch_server`` exits with one line);
 - in every receipt otherwise (``applied: false``, ``reason: "unsupported:<mode>"``), e.g. a stock
@@ -25,17 +26,14 @@ from __future__ import annotations
 
 from typing import Optional
 
-UNSUPPORTED_ALGORITHMS: dict[str, str] = {}  # algorithm -> why ASD cannot run with it (none in 0.5.23)
 UNSUPPORTED_DISAGGREGATION = {
     "prefill": "a prefill server runs no verify step (serve ASD on the decode server; the prefill server runs stock)",
 }
 
 
 def unsupported_mode(speculative_algorithm: Optional[str], disaggregation_mode: Optional[str]) -> Optional[str]:
-    """``"unsupported:<mode>"`` if ASD cannot run in this mode, else None."""
-    algorithm = (speculative_algorithm or "").upper()
-    if algorithm in UNSUPPORTED_ALGORITHMS:
-        return f"unsupported:{algorithm.lower()}"
+    """``"unsupported:<mode>"`` if ASD cannot run in this mode, else None. Every speculative algorithm
+    of SGLang 0.5.23 verifies through a seam, so only the disaggregation mode can refuse."""
     if (disaggregation_mode or "null") in UNSUPPORTED_DISAGGREGATION:
         return f"unsupported:pd_{disaggregation_mode}"
     return None
@@ -53,9 +51,6 @@ def process_unsupported_mode() -> Optional[str]:
 
 def why_unsupported(speculative_algorithm: Optional[str], disaggregation_mode: Optional[str]) -> Optional[str]:
     """A one-line explanation for the start-up refusal, or None if the mode is supported."""
-    algorithm = (speculative_algorithm or "").upper()
-    if algorithm in UNSUPPORTED_ALGORITHMS:
-        return f"ASD cannot run with --speculative-algorithm {algorithm}: {UNSUPPORTED_ALGORITHMS[algorithm]}"
     mode = disaggregation_mode or "null"
     if mode in UNSUPPORTED_DISAGGREGATION:
         return f"ASD cannot run with --disaggregation-mode {mode}: {UNSUPPORTED_DISAGGREGATION[mode]}"

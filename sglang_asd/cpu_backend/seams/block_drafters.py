@@ -73,6 +73,8 @@ from __future__ import annotations
 import contextlib
 import logging
 
+from sglang_asd.hooks.registry import Seam
+
 logger = logging.getLogger(__name__)
 
 SPEC_HOOK = "sglang.srt.arg_groups.speculative_hook"
@@ -170,3 +172,6 @@ def scheduler_hooks() -> list:
     return [(DFLASH_VERIFY_INIT, dflash_verify_init_around), (RECORD_STREAM, record_stream_around),
             (EXTEND_KWARGS, extend_forward_kwargs_around)]
 
+
+SEAMS = (Seam("launcher", launcher_hooks, preload=(SPEC_HOOK,), owned=True),
+         Seam("scheduler", scheduler_hooks, preload=SCHEDULER_PRELOAD, owned=True))
