@@ -36,12 +36,15 @@ class LaunchError(SystemExit):
 
 
 def _flag_value(argv: list[str], flag: str) -> str | None:
+    """The value ``flag`` takes: its last occurrence, as argparse reads it (``--config`` expands the
+    file's keys ahead of the command line's flags, which override them)."""
+    value = None
     for i, arg in enumerate(argv):
         if arg == flag and i + 1 < len(argv):
-            return argv[i + 1]
-        if arg.startswith(flag + "="):
-            return arg.split("=", 1)[1]
-    return None
+            value = argv[i + 1]
+        elif arg.startswith(flag + "="):
+            value = arg.split("=", 1)[1]
+    return value
 
 
 def _has_flag(argv: list[str], flag: str) -> bool:
@@ -66,7 +69,7 @@ def demo_args() -> list[str]:
 
     SGLang's NGRAM drafts (its defaults: 12 draft tokens, trees up to 10 wide) cost no draft
     forward, which is what lets speculation beat plain decoding of the same model on a CPU: a model
-    draft of this 135M target costs as much as the target (docs/BENCHMARKS.md, the embedded demo;
+    draft of this 135M target costs as much as the target (docs/measurements/issue12/NOTES.md, the SmolLM2 self-draft demo;
     ``server_configs/cpu_demo.yaml`` keeps that STANDALONE self-draft)."""
     return ["--model-path", "fixture:smollm2-135m", "--speculative-algorithm", "NGRAM"]
 
@@ -134,14 +137,64 @@ def cpu_defaults(argv: list[str]) -> list[str]:
     return argv + extra
 
 
+# Algorithms that draft an EAGLE tree (``--speculative-eagle-topk`` branches per step) and verify it in
+# ``run_eagle_verify`` (NEXTN is SGLang's alias of EAGLE).
+EAGLE_TREE_ALGORITHMS = ("EAGLE", "EAGLE3", "NEXTN", "STANDALONE")
+
+
+def check_draft_tree(argv: list[str]) -> None:
+    """Refuse, in one line, the EAGLE tree shapes SGLang 0.5.23 starts with but cannot serve: its
+    warm-up request (or, without it, the first request) fails inside the scheduler, stock or ASD.
+
+    With ``--speculative-eagle-topk`` > 1 (a tree; topk 1 makes SGLang set the draft tokens to
+    steps + 1 itself), ``--speculative-num-draft-tokens`` W must lie in [steps + 1, 1 + topk +
+    (steps - 1) * topk^2]: the verify's accepted path (steps + 1 slots) is moved to the front of the
+    request's W slots (``eagle_worker_common._compact_accept_to_front``), and the W - 1 draft nodes
+    are the best of the topk + (steps - 1) * topk^2 the draft scored (``eagle_utils.
+    organize_draft_results``: ``torch.topk``). A topk above W - 1 is fine (the root keeps W - 1
+    of its topk children). Flags left to SGLang (it chooses consistent values) are not checked."""
+    if (_flag_value(argv, "--speculative-algorithm") or "").upper() not in EAGLE_TREE_ALGORITHMS:
+        return
+    try:
+        steps, topk, draft = (int(_flag_value(argv, flag)) for flag in (
+            "--speculative-num-steps", "--speculative-eagle-topk", "--speculative-num-draft-tokens"))
+    except (TypeError, ValueError):  # not given (SGLang chooses) or not an integer (SGLang's parser says so)
+        return
+    if topk <= 1 or steps < 1:
+        return
+    if draft < steps + 1:
+        raise LaunchError(f"--speculative-num-draft-tokens {draft} is below --speculative-num-steps + 1 = {steps + 1}: "
+                          f"SGLang's verify of an EAGLE tree (--speculative-eagle-topk {topk}) fails on paths longer "
+                          "than the draft tokens; raise the draft tokens or lower the steps")
+    most = 1 + topk + (steps - 1) * topk * topk
+    if draft > most:
+        raise LaunchError(f"--speculative-num-draft-tokens {draft} is more than an EAGLE tree of "
+                          f"--speculative-num-steps {steps} and --speculative-eagle-topk {topk} holds "
+                          f"(1 + topk + (steps - 1) * topk^2 = {most}): SGLang's draft fails choosing them; "
+                          "lower the draft tokens or raise the steps or topk")
+
+
+def check_cpu_sampler(argv: list[str], cpu_sampling: bool) -> None:
+    """On the CPU stand-in with SGLang's sampling verify served (``SGLANG_ASD_CPU_SAMPLING`` on),
+    refuse ``--speculative-use-rejection-sampling`` in one line: SGLang verifies a batch holding a
+    sampled request with its Triton rejection sampler (``chain_speculative_sampling_triton``), and
+    Triton has no CPU driver, so the first sampled request would take the scheduler down."""
+    if cpu_sampling and _has_flag(argv, "--speculative-use-rejection-sampling"):
+        raise LaunchError("--speculative-use-rejection-sampling is not served on CPU: SGLang's rejection sampler is a "
+                          "Triton kernel and the CPU has no Triton driver (SGLANG_ASD_CPU_SAMPLING=off verifies "
+                          "sampled requests greedily instead)")
+
+
 def check_start(argv: list[str], asd_requested: bool = False) -> None:
-    """Fail fast, in one line, on the mistakes a user makes most, and on modes ASD cannot serve."""
+    """Fail fast, in one line, on the mistakes a user makes most, on draft shapes SGLang cannot serve
+    (``check_draft_tree``) and on modes ASD cannot serve."""
     if asd_requested:
         from sglang_asd.sglang_seams.modes import why_unsupported
 
         why = why_unsupported(_flag_value(argv, "--speculative-algorithm"), _flag_value(argv, "--disaggregation-mode"))
         if why is not None:
             raise LaunchError(why + " (README: support matrix)")
+    check_draft_tree(argv)
     for flag in ("--model-path", "--speculative-draft-model-path"):
         path = _flag_value(argv, flag)
         # Local paths only: "org/name" is a hub id, which SGLang resolves itself.
@@ -173,6 +226,7 @@ def build_argv(argv: list[str]) -> tuple[server_settings.ASDServerSettings, list
         from sglang_asd.cpu_backend import env
 
         env.check_cpu_switches()  # a bad CPU switch is one line here, not a scheduler traceback
+        check_cpu_sampler(rest, env.cpu_sampling())
         rest = cpu_defaults(rest)
     return settings, resolve_fixtures(rest)
 

@@ -78,13 +78,13 @@ class Want(NamedTuple):
     """One server of the pool: ``CONFIGS[config]``, stock SGLang or ASD, extra arguments, overlap on/off
     (SGLang's overlap scheduler kept on for CPU speculative decoding, ``tests/cpu_overlap.py``), sampling
     verify on/off (SGLang's sampling branch served on CPU: ``SGLANG_ASD_CPU_SAMPLING``,
-    ``sglang_asd/cpu_backend/seams/sampling.py``)."""
+    ``sglang_asd/cpu_backend/seams/sampling.py``; on, as a user's server runs by default)."""
 
     config: str
     stock: bool = False
     extra: tuple = ()
     overlap: bool = False
-    sampling: bool = False
+    sampling: bool = True
 
     def launch(self) -> tuple[str, tuple[str, ...], tuple[tuple[str, str], ...]]:
         """(module, arguments, environment): the pool's key, so two names for the same server share one
@@ -100,7 +100,7 @@ class Want(NamedTuple):
 
     @property
     def name(self) -> str:
-        return (f"{self.config}{'-overlap' if self.overlap else ''}{'-sampling' if self.sampling else ''}"
+        return (f"{self.config}{'-overlap' if self.overlap else ''}{'' if self.sampling else '-greedy-verify'}"
                 f"-{'stock' if self.stock else 'asd'}")
 
 
@@ -192,7 +192,7 @@ class ServerPool:
         self.stopped: list[tuple[Server, int]] = []  # servers that had served, once stopped: exit status
 
     def get(self, config: str, stock: bool = False, extra: tuple = (), overlap: bool = False,
-            sampling: bool = False) -> Server:
+            sampling: bool = True) -> Server:
         """The server (started now, or by ``start``), once it serves."""
         want = Want(config, stock, tuple(extra), overlap, sampling)
         key = want.launch()

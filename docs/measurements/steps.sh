@@ -1,4 +1,4 @@
-# Shared by the measurement chains (issue12/run_all.sh, issue13/run_ablation.sh): source it, then
+# Shared by the measurement chains (docs/measurements/*/run*.sh): source it, then
 # `chain_setup OUT_NAME LOG_NAME`.
 #
 # chain_setup OUT_NAME LOG_NAME: REPO = this checkout (a frozen worktree works: edits in the main
@@ -17,10 +17,12 @@
 # measurement chain at a time on a machine; skipped with SMOKE=1.
 #
 # chain_seed RESULTS: OUT starts from the run logs committed under RESULTS, so a chain continues
-# where an earlier session stopped even in a fresh checkout (out/ is never committed). Every folder
-# under RESULTS that holds a run log (*.jsonl) is copied into OUT unless OUT already has it, and
-# every step named in RESULTS/steps_done (one per line: steps whose whole output those logs hold)
-# is marked done. A step that was only part done is not listed: its --resume continues the log.
+# from the last published milestone even in a fresh checkout (out/ is never committed). Every folder
+# under RESULTS that holds a run log (*.jsonl.gz as publish.sh writes it, or a plain *.jsonl) is
+# copied into OUT unless OUT already has it, gzipped files written out plain (OUT holds the live
+# logs the tools append to), and every step named in RESULTS/steps_done (one per line: steps whose
+# whole output those logs hold) is marked done. A step that was only part done is not listed: its
+# --resume continues the log.
 
 chain_setup() {
     REPO=${REPO:-$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)}
@@ -57,10 +59,15 @@ stop_after() {
 chain_seed() {
     local results=$1 d s
     [ -d "$results" ] || return 0
-    for d in $(cd "$results" && find . -name '*.jsonl' -printf '%h\n' | sort -u); do
+    for d in $(cd "$results" && find . \( -name '*.jsonl' -o -name '*.jsonl.gz' \) -printf '%h\n' | sort -u); do
         [ -e "$OUT/$d" ] && continue
         mkdir -p "$OUT/$d"
-        find "$results/$d" -maxdepth 1 -type f -exec cp -p {} "$OUT/$d/" \;
+        find "$results/$d" -maxdepth 1 -type f ! -name '*.gz' -exec cp -p {} "$OUT/$d/" \;
+        for f in "$results/$d"/*.gz; do
+            [ -e "$f" ] || continue
+            s=$(basename "$f" .gz)
+            gzip -dc "$f" >"$OUT/$d/$s" && touch -r "$f" "$OUT/$d/$s"
+        done
         log "seeded $OUT/$d from $results/$d"
     done
     [ -f "$results/steps_done" ] || return 0

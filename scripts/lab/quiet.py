@@ -19,7 +19,7 @@ the limit ``max_stall_s`` it was judged by); a gap above ``MAX_STALL_S`` marks t
 Against servers given by URL nothing can be attributed (the servers' CPU would count as foreign),
 so no share is measured there. Kernel threads and daemons (e.g. ``kdamond``) show up as a small
 foreign floor, a few tenths of a per cent to a few per cent
-(docs/BENCHMARKS.md#host-effects-behind-the-method: the figures behind these checks).
+(docs/MEASURING.md#host-effects-behind-the-method: the figures behind these checks).
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ from typing import Callable, Optional
 from sglang_asd.bench.monitor import Verdict
 from sglang_asd.bench.server import Targets
 
-# Tuned to the project's host (docs/BENCHMARKS.md#host-effects-behind-the-method): kernel threads
+# Tuned to the project's host (docs/MEASURING.md#host-effects-behind-the-method): kernel threads
 # alone take about 1% of its CPU, and a 1 s heartbeat woke at most 3.6 ms late under a Qwen pass at
 # nice 19, so a gap of 30 s is no scheduling delay.
 DEFAULT_MAX_SHARE = 0.05

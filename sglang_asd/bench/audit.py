@@ -101,7 +101,7 @@ def plan(arms: list[Arm], prompts: dict[str, list[datasets.Prompt]], done: set,
     ``(arm, task, item, seed)``, seed 0 for None (``sampling.seed_of``). A stopped run leaves items
     paired across arms, and one pass keeps the server's batch full instead of draining it at the
     end of each arm or task (where throughput grows with the batch, as on CPU, a pass per task
-    loses throughput at every task boundary: docs/BENCHMARKS.md#host-effects-behind-the-method)."""
+    loses throughput at every task boundary: docs/MEASURING.md#host-effects-behind-the-method)."""
     return [(t, a, p, seed) for t, items in prompts.items() for p in items for seed in seeds for a in arms
             if (a.label, t, p.id, seed or 0) not in done]
 

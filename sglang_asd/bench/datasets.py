@@ -121,3 +121,60 @@ def mixed_prompts(tasks: list[str], num_prompts: int, data_dir: Path = DATA_DIR)
         if all(i >= len(v) for v in per_task.values()):
             break
     return out
+
+
+USER_TASK = "prompts"   # the task name of prompts from a user's file
+_USER_KEYS = {"id", "prompt", "reference", "max_new_tokens"}
+
+
+def load_prompt_file(path: Path, max_new_tokens: int) -> list[Prompt]:
+    """A user's prompts: a JSONL file, one object per line with ``prompt`` (the user message, a
+    non-empty string) and optionally ``id`` (a unique string or integer; default the line
+    number), ``reference`` (the reference final answer, a string or number, read by a scorer) and
+    ``max_new_tokens`` (an integer >= 1: this prompt's cap at natural stop, default
+    ``max_new_tokens``). Blank lines are skipped. Anything else is a ValueError naming the file, the
+    line and the problem."""
+    path = Path(path)
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except FileNotFoundError:
+        raise ValueError(f"{path}: no such file") from None
+    except (OSError, UnicodeDecodeError) as e:
+        raise ValueError(f"{path}: cannot be read as UTF-8 text ({e})") from None
+    out: list[Prompt] = []
+    seen: dict[str, int] = {}
+    for number, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        where = f"{path} line {number}"
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError as e:
+            raise ValueError(f"{where}: not JSON ({e.msg} at column {e.colno})") from None
+        if not isinstance(row, dict):
+            raise ValueError(f"{where}: must be a JSON object with a \"prompt\", got {type(row).__name__}")
+        unknown = sorted(set(row) - _USER_KEYS)
+        if unknown:
+            raise ValueError(f"{where}: unknown key(s) {', '.join(map(repr, unknown))}; a line may hold "
+                             f"{', '.join(sorted(_USER_KEYS))}")
+        text = row.get("prompt")
+        if not isinstance(text, str) or not text.strip():
+            raise ValueError(f"{where}: \"prompt\" must be a non-empty string, got {text!r:.60}")
+        ident = row.get("id", f"line{number}")
+        if isinstance(ident, bool) or not isinstance(ident, (str, int)) or str(ident) == "":
+            raise ValueError(f"{where}: \"id\" must be a non-empty string or an integer, got {ident!r:.60}")
+        ident = str(ident)
+        if ident in seen:
+            raise ValueError(f"{where}: id {ident!r} already used on line {seen[ident]}")
+        seen[ident] = number
+        ref = row.get("reference")
+        if ref is not None and (isinstance(ref, bool) or not isinstance(ref, (str, int, float))):
+            raise ValueError(f"{where}: \"reference\" must be a string or a number, got {ref!r:.60}")
+        cap = row.get("max_new_tokens", max_new_tokens)
+        if isinstance(cap, bool) or not isinstance(cap, int) or cap < 1:
+            raise ValueError(f"{where}: \"max_new_tokens\" must be an integer >= 1, got {cap!r:.60}")
+        item = {"task": USER_TASK, "id": ident, **({} if ref is None else {"answer": str(ref)})}
+        out.append(Prompt(USER_TASK, ident, text, cap, item))
+    if not out:
+        raise ValueError(f"{path}: no prompts (one JSON object per line, each with a \"prompt\")")
+    return out

@@ -2,7 +2,7 @@
 
 A run log holds the passes of every resume, and a resume may run on another machine
 (a fresh boot, even of the same type, can be much faster or slower:
-docs/BENCHMARKS.md#host-effects-behind-the-method), so every pass is logged with the machine's id
+docs/MEASURING.md#host-effects-behind-the-method), so every pass is logged with the machine's id
 and a ratio pairs only passes of one machine (``speed_summary``).
 """
 

@@ -9,6 +9,8 @@ import math
 from pathlib import Path
 from typing import Any, Optional, Sequence
 
+from sglang_asd.bench import runlog
+
 NOT_MEASURED = "n/a"
 
 
@@ -78,7 +80,8 @@ def markdown_table(rows: Sequence[dict], columns: Sequence[tuple[str, str]], dig
 
 
 def load_json(path: Path) -> dict:
-    return json.loads(Path(path).read_text())
+    """A JSON file, or its published ``.gz`` (``runlog.resolve``)."""
+    return json.loads(runlog.read_text(path))
 
 
 def speedups_by_arm(speed: Optional[dict], min_repeats: int = 5) -> dict[str, dict]:

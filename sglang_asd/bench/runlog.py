@@ -10,12 +10,21 @@ A partial last line (a kill in the middle of a write) is dropped when the log is
 
 Reports are always built from the log, so a report of a stopped run shows what is complete
 and says how much that is.
+
+Published logs are gzipped. A run's live log is plain ``NAME.jsonl``, appended to; the copy a
+project commits (``docs/measurements/publish.sh``) is ``NAME.jsonl.gz``. Every reader here takes
+either (``resolve``: the plain file when both exist, since it is the live one), and ``--resume``
+on a folder holding only ``NAME.jsonl.gz`` first writes it out as the live ``NAME.jsonl`` and
+appends there, leaving the ``.gz`` as it was. ``read_text`` does the same for any published file
+(a report over a megabyte is published gzipped too).
 """
 
 from __future__ import annotations
 
+import gzip
 import json
 import os
+import shutil
 import time
 from pathlib import Path
 from typing import Any, Iterator, Mapping, Optional
@@ -39,16 +48,54 @@ def fingerprint_diff(stored: Mapping[str, Any], current: Mapping[str, Any], part
             for k in keys if norm(stored.get(k)) != norm(current.get(k))]
 
 
+def gzipped(path: Path) -> Path:
+    """``NAME`` -> ``NAME.gz``, the published form of ``NAME``."""
+    path = Path(path)
+    return path.with_name(path.name + ".gz")
+
+
+def resolve(path: Path) -> Path:
+    """The file that holds ``path``: itself when it exists, else its published ``.gz``, else
+    ``path`` (so a caller's "not found" names the plain name)."""
+    path = Path(path)
+    if not path.exists() and gzipped(path).exists():
+        return gzipped(path)
+    return path
+
+
+def open_text(path: Path):
+    """``path`` (or its ``.gz``, see ``resolve``) opened for reading text, decompressed."""
+    path = resolve(path)
+    if path.suffix == ".gz":
+        return gzip.open(path, "rt", encoding="utf-8")
+    return path.open("r", encoding="utf-8")
+
+
+def read_text(path: Path) -> str:
+    with open_text(path) as f:
+        return f.read()
+
+
+def exists(path: Path) -> bool:
+    """``path`` or its published ``.gz`` exists."""
+    return resolve(path).exists()
+
+
+def _holds_run(path: Path) -> bool:
+    path = resolve(path)
+    return path.exists() and path.stat().st_size > 0
+
+
 def _lines(path: Path) -> Iterator[tuple[int, str]]:
-    with path.open("r", encoding="utf-8") as f:
+    with open_text(path) as f:
         for number, line in enumerate(f, 1):
             yield number, line
 
 
 def read_log(path: Path, kind: str) -> tuple[dict, list[dict]]:
-    """``(header, records)`` of a log; a truncated last line is ignored, any other bad line is
-    an error naming the file and line."""
-    path = Path(path)
+    """``(header, records)`` of a log (plain or published ``.gz``); a truncated last line is
+    ignored, any other bad line is an error naming the file and line."""
+    path = resolve(path)
     if not path.exists():
         raise RunLogError(f"no run log at {path}")
     header: Optional[dict] = None
@@ -97,17 +144,20 @@ class RunLog:
     def open(cls, path: Path, kind: str, fingerprint: Mapping[str, Any], resume: bool) -> "RunLog":
         """A new log (no file yet, or an empty one), or with ``resume`` the existing one, after
         checking its fingerprint. An existing log without ``resume`` is an error (never
-        overwritten: it may hold hours of measurements)."""
+        overwritten: it may hold hours of measurements). A published ``path.gz`` alone is resumed
+        by writing it out as ``path``, the live log the run appends to."""
         path = Path(path)
-        if path.exists() and path.stat().st_size > 0:
+        if _holds_run(path):
             if not resume:
-                raise RunLogError(f"{path} already holds a run; pass --resume to continue it, "
+                raise RunLogError(f"{resolve(path)} already holds a run; pass --resume to continue it, "
                                   "or choose another --out")
             header, records = read_log(path, kind)
             diff = fingerprint_diff(header.get("fingerprint", {}), fingerprint)
             if diff:
                 raise RunLogError(f"--resume: {path} was made by a different run configuration; differences: "
                                   + "; ".join(diff))
+            if not path.exists():
+                _unpublish(gzipped(path), path)
             _drop_partial_line(path)
             return cls(path, header, records)
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -120,10 +170,11 @@ class RunLog:
     def precheck(path: Path, kind: str, fingerprint: Mapping[str, Any], resume: bool) -> None:
         """Fail fast, before a server is started, on what is already known to differ."""
         path = Path(path)
-        if not (path.exists() and path.stat().st_size > 0):
+        if not _holds_run(path):
             return
         if not resume:
-            raise RunLogError(f"{path} already holds a run; pass --resume to continue it, or choose another --out")
+            raise RunLogError(f"{resolve(path)} already holds a run; pass --resume to continue it, "
+                              "or choose another --out")
         header, _ = read_log(path, kind)
         diff = fingerprint_diff(header.get("fingerprint", {}), fingerprint, partial=True)
         if diff:
@@ -140,6 +191,14 @@ class RunLog:
             f.write(json.dumps(obj, default=str) + "\n")
             f.flush()
             os.fsync(f.fileno())
+
+
+def _unpublish(published: Path, live: Path) -> None:
+    """Write the published ``published`` (gzipped) out as the live log ``live``, atomically."""
+    partial = live.with_name(live.name + ".partial")
+    with gzip.open(published, "rb") as src, partial.open("wb") as dst:
+        shutil.copyfileobj(src, dst)
+    os.replace(partial, live)
 
 
 def _drop_partial_line(path: Path) -> None:

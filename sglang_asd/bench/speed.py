@@ -150,7 +150,7 @@ def run(args: argparse.Namespace, arms: list[Arm],
                          args.concurrency, args.timeout, desc=f"warm-up ({server})")
         # NGRAM drafts come from a corpus of every request the server has seen, so a pass would draft
         # from the same prompts' earlier outputs, its accept length growing pass after pass
-        # (docs/BENCHMARKS.md#host-effects-behind-the-method). Every pass on such a server starts
+        # (docs/MEASURING.md#host-effects-behind-the-method). Every pass on such a server starts
         # from an empty corpus: SGLang's /flush_cache, which also empties the radix cache, so then
         # every pass flushes its own server first, the plain one too (no arm keeps its prompts' prefixes).
         flush_each_pass = "NGRAM" in (info["server"].get("speculative_algorithm"),

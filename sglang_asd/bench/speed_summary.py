@@ -6,7 +6,7 @@ Two schedules (``schedule``), both over the same prompts at the same concurrency
   every arm runs each round once, one pass per arm, the arm order rotated by one per round (round
   k starts with arm k), so no arm always runs first or last. An arm's passes are paired with
   strict's pass over the same prompts of the same round, minutes apart: the machine's drift over a
-  repeat (docs/BENCHMARKS.md#host-effects-behind-the-method) falls between rounds, not inside a
+  repeat (docs/MEASURING.md#host-effects-behind-the-method) falls between rounds, not inside a
   pair, and strict runs once per round instead of twice per candidate (a repeat of plain, strict
   and four budget arms is 6 prompt sweeps, where trios need 11).
   Repeat ratio = ``sum(wall strict) / sum(wall A)`` over the repeat's rounds (fixed work: both arms

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import math
 import random
+import statistics
 from typing import Iterable, Optional, Sequence
 
 PERCENTILES = (50, 90, 99)
@@ -199,3 +200,72 @@ def mcnemar_exact(lost: int, gained: int) -> float:
     k = min(lost, gained)
     tail = sum(math.comb(n, i) for i in range(k + 1)) / 2.0 ** n
     return min(1.0, 2.0 * tail)
+
+
+# ---------------------------------------------------------------- score intervals
+
+
+def z_of(level: float) -> float:
+    """The standard normal quantile of a two-sided ``level`` interval (1.96 at 0.95)."""
+    _check_level(level, 1)
+    return statistics.NormalDist().inv_cdf(0.5 + level / 2.0)
+
+
+def wilson_ci(k: int, n: int, level: float = LEVEL) -> Optional[tuple[float, float]]:
+    """Wilson score interval of a proportion ``k / n`` (None for n = 0). Unlike a bootstrap it is
+    not empty at 0 or n successes: all of 4 agreeing gives [0.51, 1] at 95%, of 400 [0.990, 1]."""
+    if not 0 <= k <= n:
+        raise ValueError(f"need 0 <= k <= n, got k={k}, n={n}")
+    if n == 0:
+        return None
+    z = z_of(level)
+    centre = (k + z * z / 2.0) / (n + z * z)
+    half = z * math.sqrt(k * (n - k) / n + z * z / 4.0) / (n + z * z)
+    return (max(0.0, centre - half), min(1.0, centre + half))
+
+
+def paired_proportion_diff_ci(lost: int, gained: int, n: int, level: float = LEVEL) -> Optional[tuple[float, float]]:
+    """Tango's score interval (Stat. Med. 1998) of ``p(candidate right) - p(reference right)`` over
+    ``n`` paired binary outcomes, of which ``lost`` are right only under the reference and ``gained``
+    right only under the candidate; None for n = 0.
+
+    The interval is every difference d that a score test does not reject: with ``p`` the maximum-
+    likelihood probability of a lost pair under the constraint that the difference is d,
+    ``|gained - lost - n d| <= z sqrt(n (2p + d - d^2))``. It is the recommended interval for paired
+    proportions where discordant pairs are few (Fagerland, Lydersen and Laake, 2013), and unlike a
+    bootstrap it has a width when there are none: with no discordant pair among n it is
+    ``+-z^2 / (n + z^2)`` (0.49 at n = 4, 0.037 at n = 100, at 95%)."""
+    for name, v in (("lost", lost), ("gained", gained), ("n", n)):
+        if isinstance(v, bool) or not isinstance(v, int) or v < 0:
+            raise ValueError(f"{name} must be an integer >= 0, got {v!r}")
+    if lost + gained > n:
+        raise ValueError(f"lost + gained must be <= n, got {lost} + {gained} > {n}")
+    if n == 0:
+        return None
+    z = z_of(level)
+    b, c = gained, lost
+    observed = (b - c) / n
+
+    def score(d: float) -> float:
+        # the constrained MLE of p(lost) solves 2n p^2 - B p - c d (1 - d) = 0 (its positive root)
+        big_b = (b + c) - d * (2 * n - b + c)
+        p = (big_b + math.sqrt(max(0.0, big_b * big_b + 8.0 * n * c * d * (1.0 - d)))) / (4.0 * n)
+        var = n * (2.0 * p + d - d * d)
+        num = b - c - n * d
+        if var <= 1e-300:
+            return 0.0 if abs(num) < 1e-12 else math.copysign(math.inf, num)
+        return num / math.sqrt(var)
+
+    def bound(lo: float, hi: float, target: float) -> float:
+        # score() decreases in d: bisect for score(d) = target on [lo, hi]
+        for _ in range(200):
+            mid = (lo + hi) / 2.0
+            if score(mid) > target:
+                lo = mid
+            else:
+                hi = mid
+        return (lo + hi) / 2.0
+
+    lower = -1.0 if score(-1.0 + 1e-12) <= z else bound(-1.0 + 1e-12, observed, z)
+    upper = 1.0 if score(1.0 - 1e-12) >= -z else bound(observed, 1.0 - 1e-12, -z)
+    return (lower, upper)

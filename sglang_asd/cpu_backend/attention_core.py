@@ -18,7 +18,7 @@ choice is made once, when the ops are registered, and held in :data:`FUSED`):
 
 Why the fused kernel is the default: in a served Qwen pair it decodes 24 requests of 256 tokens
 about 8% faster (the audits' setting) and one request at a time as fast as the reference; figures
-in docs/BENCHMARKS.md ("The stand-in's attention, two kernels"). Both kernels are tested against a
+in docs/measurements/cpu_attention/NOTES.md. Both kernels are tested against a
 dense float64 softmax (``tests/cpu_backend/test_cpu_backend_attention.py``) and against each other
 (``tests/cpu_backend/test_cpu_attention_kernels.py``).
 """

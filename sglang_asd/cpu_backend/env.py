@@ -4,17 +4,18 @@
   ``native`` on a CPU with bf16 instructions, AVX-512 BF16 or AMX, whose bf16 kernel is the faster
   one, else ``fp32-accumulate``), ``fp32-accumulate`` (a bf16/fp16 weight widened to float32 once)
   or ``native`` (torch's bf16 kernel). Both run bf16 linear layers with float32 accumulation, in
-  another summation order; figures in docs/BENCHMARKS.md ("Where a round's time goes on CPU").
+  another summation order; figures in docs/measurements/cpu_round_profile/NOTES.md.
 - ``SGLANG_ASD_CPU_ATTENTION``: the stand-in attention's kernel (``attention_core.py``), ``fused``
   (default: torch's ``scaled_dot_product_attention`` over the pool's dtype) or ``reference``
   (every step in float32). They differ in the last bits of a bf16 attention output.
 - ``SGLANG_ASD_CPU_START_METHOD``: how the launcher's scheduler and detokenizer start on CPU
   (``seams/start_method.py``), ``fork`` (default) or ``spawn`` (SGLang's own).
-- ``SGLANG_ASD_CPU_SAMPLING``: ``off`` (default) or ``on``: SGLang's speculative sampling verify
-  served on CPU (``seams/sampling.py``), for ASD and stock servers alike. Off, stock SGLang's CPU
-  path verifies sampled rows greedily and sampled requests get ``"reason": "sampling"``; on, a
-  sampled request is sampled as on a GPU, seeded by its ``sampling_seed`` (seed 42 without one).
-  A switch rather than the default because it changes what a sampled request decodes on CPU.
+- ``SGLANG_ASD_CPU_SAMPLING``: ``on`` (default) or ``off``: SGLang's speculative sampling verify
+  served on CPU (``seams/sampling.py``), for ASD and stock servers alike. On, a sampled request is
+  sampled as on a GPU: with its ``sampling_seed`` (``seed`` on the OpenAI routes) it reproduces,
+  without one it draws fresh randomness. Off, stock SGLang's CPU path: it samples a request's first
+  token and verifies every speculative round greedily, so a sampled speculative request decodes the
+  greedy continuation of its first token, and ASD receipts say ``"reason": "sampling"``.
 - ``SGLANG_ASD_KERNEL_STANDIN``: unset, or ``cuda-e2e``, the GPU end-to-end kit's test-only
   ``sgl_kernel`` stand-in for SGLang's CUDA path. It is the kit's code, not the package's:
   ``cpu_backend.install()`` imports it by name (``CUDA_STANDIN_MODULE``) from ``sys.path``, where
@@ -40,7 +41,7 @@ CPU_ATTENTION_KERNELS = ("fused", "reference")
 START_METHOD_ENV = "SGLANG_ASD_CPU_START_METHOD"
 START_METHODS = ("fork", "spawn")
 CPU_SAMPLING_ENV = "SGLANG_ASD_CPU_SAMPLING"
-CPU_SAMPLING_VALUES = ("off", "on")
+CPU_SAMPLING_VALUES = ("on", "off")  # the first is the default
 KERNEL_STANDIN_ENV = "SGLANG_ASD_KERNEL_STANDIN"
 CUDA_E2E = "cuda-e2e"
 CUDA_STANDIN_MODULE = "cuda_standin"  # scripts/device/cuda_standin/
@@ -86,7 +87,7 @@ def start_method() -> str:
 
 
 def cpu_sampling() -> bool:
-    """Whether this process serves SGLang's sampling verify on CPU (``on``; ``off`` is the default)."""
+    """Whether this process serves SGLang's sampling verify on CPU (``on``, the default; ``off``)."""
     return _choice(CPU_SAMPLING_ENV, CPU_SAMPLING_VALUES) == "on"
 
 

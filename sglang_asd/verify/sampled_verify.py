@@ -98,6 +98,15 @@ def _relax_choice(
     return best, q64, a64, charge64
 
 
+def sibling_steps(W: int, max_children: Optional[int]) -> int:
+    """Steps of the sibling loop at each level for a draft of ``W`` nodes: ``max_children`` (the
+    caller's host-known bound on any node's children, e.g. EAGLE's topk) clamped to W - 1, the
+    most children a node of W can have; W - 1 without a bound (None, or below 1)."""
+    if max_children is None or max_children < 1:
+        return max(W - 1, 0)
+    return min(int(max_children), max(W - 1, 0))
+
+
 def asd_sampled_verify(
     predicts: torch.Tensor,  # [bs*W] int32, mutable: token emitted after each accepted node
     accept_index: torch.Tensor,  # [bs, K+1] int32, mutable: global ids of the accepted path (-1 padded by the caller)
@@ -116,15 +125,19 @@ def asd_sampled_verify(
     stop_tokens: Optional[torch.Tensor] = None,  # [bs, T] int64 -1 padded: never relaxed into
     threshold_single: float = 1.0,  # SGLang's server-wide walk thresholds (1: exact)
     threshold_acc: float = 1.0,
-    max_children: Optional[int] = None,  # host-known bound on any node's children (EAGLE: topk); None: W - 1
+    max_children: Optional[int] = None,  # host-known bound on a node's children (EAGLE: topk), <= W - 1 used
 ) -> SampledVerifyOutput:
     """Walk every row's draft tree (``policy.sampled_walk.sample_block``), write the accepted path
     into ``predicts`` / ``accept_index`` / ``accept_token_num`` as SGLang's kernel does, and
     return the relaxation receipts. The caller subtracts ``spent`` from each row's ledger.
 
-    ``max_children`` bounds the sibling loop of each level (K * max_children steps in all): pass
-    EAGLE's topk (1 for chains); a node with more children than that would have its later
-    children never tried, so a wrong bound is a caller bug."""
+    ``max_children`` bounds the sibling loop of each level: pass EAGLE's topk (1 for chains); a
+    node with more children than the bound would have its later children never tried, so a bound
+    below the tree's is a caller bug. No node of W has more than W - 1 children, so each level's
+    loop runs ``sibling_steps(W, max_children)`` = min(max_children, W - 1) steps: a topk above
+    the draft width, which SGLang accepts (``--speculative-eagle-topk 4
+    --speculative-num-draft-tokens 4``), is a valid bound, never an error in the step. None, or a
+    value below 1, is no bound (W - 1). Host ints only: the loop count is fixed per shape."""
     bs, W = candidates.shape
     S = accept_index.shape[1]
     K = S - 1
@@ -137,9 +150,7 @@ def asd_sampled_verify(
     next_token = retrieve_next_token.long()
     next_sibling = retrieve_next_sibling.long()
     thr_acc = max(float(threshold_acc), 1e-9)
-    siblings = W - 1 if max_children is None else max_children
-    if max_children is not None and not (isinstance(max_children, int) and 1 <= max_children <= max(W - 1, 1)):
-        raise ValueError(f"max_children must be an integer in [1, max(W - 1, 1) = {max(W - 1, 1)}], got {max_children!r}")
+    siblings = sibling_steps(W, max_children)
 
     parent, rank = tree_links(next_token, next_sibling)
     best, q64, a64, charge64 = _relax_choice(candidates, target_probs, parent, rank, floor, power, stop_tokens)

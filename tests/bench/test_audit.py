@@ -1,6 +1,7 @@
 """Quality audit end to end against the fake server: scoring, paired statistics, divergence, report
-files, plot, and a run stopped and resumed."""
+files, plot, a run stopped and resumed, and a published (gzipped) log resumed."""
 
+import gzip
 import json
 from types import SimpleNamespace
 
@@ -251,3 +252,22 @@ def test_the_report_gives_the_logged_concurrency(fake_server_url, tmp_path):
     assert audit_report._concurrency([3, 5, None]) == "3, 5 (a resume changed it); earlier runs did not log it"
     assert audit_report._concurrency([3, 5]) == "3, 5 (a resume changed it)"
     assert audit_report._concurrency(None) == "not logged" and audit_report._concurrency(24) == "24"
+
+
+def test_a_published_gzipped_log_reports_and_resumes(fake_server_url, tmp_path):
+    """The form docs/measurements/publish.sh commits (audit_items.jsonl.gz alone): --report-only reads
+    it, and --resume continues it in a live plain log beside it."""
+    base = ["--url", fake_server_url, "--tasks", "mmlu", "--out", str(tmp_path), "--budgets", "0,8"]
+    assert audit.main(base + ["--limit", "2"]) == 0
+    log = tmp_path / "audit_items.jsonl"
+    (tmp_path / "audit_items.jsonl.gz").write_bytes(gzip.compress(log.read_bytes()))
+    log.unlink()
+    (tmp_path / "audit.json").unlink()
+    assert audit.main(["--report-only", "--out", str(tmp_path)]) == 0
+    assert json.loads((tmp_path / "audit.json").read_text())["complete"]["line"] == "complete: 4 of 4 items"
+    assert not log.exists()
+    with pytest.raises(SystemExit, match=r"audit_items\.jsonl\.gz already holds a run; pass --resume"):
+        audit.main(base + ["--limit", "3"])
+    assert audit.main(base + ["--limit", "3", "--resume"]) == 0
+    assert len(_items(log)) == 6                  # the 4 published items, and only the 2 new ones decoded
+    assert json.loads((tmp_path / "audit.json").read_text())["complete"]["line"] == "complete: 6 of 6 items"

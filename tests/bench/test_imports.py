@@ -7,7 +7,9 @@ MODULES = ["sglang_asd.bench.speed", "sglang_asd.bench.audit", "sglang_asd.bench
            "sglang_asd.bench.scoring", "sglang_asd.bench.arms", "sglang_asd.bench.runlog",
            "sglang_asd.bench.speed_summary", "sglang_asd.bench.speed_report", "sglang_asd.bench.monitor",
            "sglang_asd.bench.host", "sglang_asd.bench.server", "sglang_asd.bench.audit_summary",
-           "sglang_asd.bench.audit_report", "sglang_asd.bench.sampling", "sglang_asd.testing.server"]
+           "sglang_asd.bench.audit_report", "sglang_asd.bench.sampling", "sglang_asd.testing.server",
+           "sglang_asd.bench.calibrate", "sglang_asd.bench.calibrate_summary", "sglang_asd.bench.calibrate_report",
+           "sglang_asd.calibrate"]
 
 
 def test_bench_imports_without_sglang_or_torch():
@@ -20,6 +22,6 @@ def test_bench_imports_without_sglang_or_torch():
 
 
 def test_cli_help():
-    for module in ("sglang_asd.bench.speed", "sglang_asd.bench.audit"):
+    for module in ("sglang_asd.bench.speed", "sglang_asd.bench.audit", "sglang_asd.calibrate"):
         r = subprocess.run([sys.executable, "-m", module, "--help"], capture_output=True, text=True, timeout=60)
         assert r.returncode == 0 and "--url" in r.stdout and "--launch" in r.stdout, r.stderr

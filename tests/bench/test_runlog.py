@@ -1,10 +1,11 @@
-"""The run log: header, appends, a truncated last line, fingerprint checks."""
+"""The run log: header, appends, a truncated last line, fingerprint checks, the published gzipped form."""
 
+import gzip
 import json
 
 import pytest
 
-from sglang_asd.bench.runlog import RunLog, RunLogError, fingerprint_diff, read_log
+from sglang_asd.bench.runlog import RunLog, RunLogError, exists, fingerprint_diff, read_log, read_text
 
 FP = {"model": "m", "arms": [{"label": "strict"}], "max_new_tokens": 128}
 
@@ -69,3 +70,36 @@ def test_fingerprint_diff_treats_tuples_as_lists():
     assert fingerprint_diff({"a": [1, 2]}, {"a": (1, 2)}) == []
     assert fingerprint_diff({"a": 1}, {"b": 2}) == ["a: stored 1, now null", "b: stored null, now 2"]
     assert fingerprint_diff({"a": 1, "b": 2}, {"b": 2}, partial=True) == []
+
+
+def _publish(path):
+    """What docs/measurements/publish.sh makes of a run log: NAME.jsonl -> NAME.jsonl.gz."""
+    published = path.with_name(path.name + ".gz")
+    published.write_bytes(gzip.compress(path.read_bytes()))
+    path.unlink()
+    return published
+
+
+def test_a_published_gzipped_log_reads_and_resumes(tmp_path):
+    path = tmp_path / "run.jsonl"
+    RunLog.open(path, "t-log", FP, resume=False).append({"i": 0})
+    published = _publish(path)
+    header, records = read_log(path, "t-log")                    # asked for by the plain name
+    assert header["fingerprint"] == FP and records == [{"i": 0}]
+    assert json.loads(read_text(path).splitlines()[1]) == {"i": 0} and exists(path)
+    with pytest.raises(RunLogError, match=r"run\.jsonl\.gz already holds a run; pass --resume"):
+        RunLog.precheck(path, "t-log", FP, resume=False)
+    with pytest.raises(RunLogError, match="max_new_tokens: stored 128, now 256"):
+        RunLog.open(path, "t-log", dict(FP, max_new_tokens=256), resume=True)
+    assert not path.exists()                                     # a refused resume writes nothing
+    log = RunLog.open(path, "t-log", FP, resume=True)            # the live log is written out plain
+    log.append({"i": 1})
+    assert [json.loads(x).get("i") for x in path.read_text().splitlines()[1:]] == [0, 1]
+    assert gzip.decompress(published.read_bytes()).count(b"\n") == 2   # the published copy is as it was
+    assert [r["i"] for r in read_log(path, "t-log")[1]] == [0, 1]     # both there: the live one is read
+
+
+def test_missing_files_are_named_by_their_plain_name(tmp_path):
+    assert not exists(tmp_path / "run.jsonl")
+    with pytest.raises(FileNotFoundError, match=r"run\.jsonl'"):
+        read_text(tmp_path / "run.jsonl")

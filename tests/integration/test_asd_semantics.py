@@ -61,7 +61,8 @@ def test_mixed_greedy_and_sampling_batch(server):
         outs = list(pool.map(run, range(8)))
     for i, out in enumerate(outs):
         if i % 2:
-            assert out["meta_info"]["asd"]["reason"] == "sampling"
+            r = out["meta_info"]["asd"]
+            assert r["applied"] and r["rule"] == "asd-sampled-1" and 0 <= r["spent"] <= 8
         else:
             assert out["output_ids"] == solo["output_ids"]
             assert [e["pos"] for e in out["meta_info"]["asd"]["events"]] == \

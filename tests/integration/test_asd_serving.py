@@ -127,6 +127,26 @@ def test_openai_routes_carry_budget_and_receipt(server):
     assert c.model_extra["asd"]["budget"] == 2.0
 
 
+@pytest.mark.server_group("eagle")
+def test_generate_top_level_fields(server):
+    """Top-level fields on /generate (what bench_serving's --extra-request-body sends) apply to every
+    sampling_params of the request; a second place may repeat the value, not change it."""
+    greedy = {"temperature": 0, "max_new_tokens": 8}
+    r = requests.post(server.url + "/generate", json={
+        "text": PROMPTS[:2], "asd_budget": 4, "sampling_params": [dict(greedy), {**greedy, "asd_budget": 4.0}]})
+    assert r.status_code == 200, r.text
+    for out in r.json():
+        check_receipt(out, 4.0)
+    r = requests.post(server.url + "/generate", json={"text": PROMPTS[2], "asd_budget": 2, "asd_rule": "local",
+                                                      "sampling_params": greedy})
+    assert r.status_code == 200, r.text
+    receipt = r.json()["meta_info"]["asd"]
+    assert receipt["applied"] and receipt["budget"] == 2.0 and receipt["rule"] == "local-1", receipt
+    r = requests.post(server.url + "/generate", json={"text": "x", "asd_budget": 8, "sampling_params": {"asd_budget": 4}})
+    assert r.status_code == 400 and r.json() == {
+        "error": "asd_budget is given twice with different values: 8 (top level) and 4 (sampling_params.asd_budget)"}
+
+
 def _decisions(receipt: dict) -> list:
     return [(e["pos"], e["draft"], e["target"]) for e in receipt["events"]]
 
@@ -183,10 +203,26 @@ def test_abort_mid_stream_leaves_no_ledger(server):
 
 
 @pytest.mark.server_group("eagle")
-def test_sampling_request_is_served_by_normal_verifier(server):
-    body = {"text": "hi", "sampling_params": {"temperature": 0.8, "max_new_tokens": 8, "asd_budget": 8}}
-    r = requests.post(server.url + "/generate", json=body).json()
-    assert r["meta_info"]["asd"]["applied"] is False and r["meta_info"]["asd"]["reason"] == "sampling"
+def test_sampled_requests_get_the_sampled_rule(server):
+    r = server.generate("hi", temperature=0.8, max_new_tokens=8, asd_budget=8)["meta_info"]["asd"]
+    assert r["applied"] is True and r["reason"] is None and r["rule"] == "asd-sampled-1"
+    assert 0 <= r["spent"] <= 8
+
+
+def test_with_the_cpu_sampling_switch_off_sampled_rows_verify_greedily(servers):
+    """``SGLANG_ASD_CPU_SAMPLING=off``: stock CPU SGLang's path. The first token is sampled (the
+    sampler), every verify round commits the target's argmax: the rest is the greedy continuation of
+    that first token. A budget says why it was not applied."""
+    server = servers.get("eagle", sampling=False)
+    prompt = [0, 412, 1203, 77, 1630, 905]  # any ids below the tiny target's vocabulary (2048)
+    outs = [server.generate(input_ids=prompt, temperature=1.0, max_new_tokens=12, ignore_eos=True)["output_ids"]
+            for _ in range(4)]
+    assert len({o[0] for o in outs}) > 1, "the first token is sampled (unseeded, temperature 1)"
+    for out in outs:
+        greedy = server.generate(input_ids=prompt + out[:1], max_new_tokens=11, ignore_eos=True)["output_ids"]
+        assert out[1:] == greedy
+    r = server.generate(input_ids=prompt, temperature=0.8, max_new_tokens=8, asd_budget=8)["meta_info"]["asd"]
+    assert r["applied"] is False and r["reason"] == "sampling"
 
 
 def test_clean_shutdown(servers):

@@ -4,7 +4,8 @@
 What smg 1.13.0 forwards (docs/CONTRACTS.md, "Behind a gateway"): on the OpenAI routes every
 unknown top-level key, so ``asd_*`` and ``custom_params.asd_*`` pass; on ``/generate`` unknown
 top-level keys and ``sampling_params.custom_params``, but not other ``sampling_params`` keys, so
-``sampling_params.asd_budget`` is dropped and the receipt shows it (budget 0, "strict").
+top-level ``asd_*`` and ``sampling_params.custom_params.asd_*`` pass, and ``sampling_params.asd_budget``
+is dropped and the receipt shows it (budget 0, "strict").
 
 The two servers differ in one setting, ``--asd-gate`` (0.25 and 0.2), so the receipt of an
 ``asd`` request names the server that produced it: its ``gate`` is the server's.
@@ -170,12 +171,42 @@ def test_what_the_gateway_drops_is_visible_and_bad_fields_are_refused(gateway):
     bad = {"text": "x", "sampling_params": {"max_new_tokens": 4, "custom_params": {"asd_budget": -1}}}
     ans = ask(gw.url, "generate", bad)
     assert ans.status == 400 and "asd_budget must be a finite number in [0, 64], got -1" in ans.error
-    ans = ask(gw.url, "generate", {"text": "x", "sampling_params": {"max_new_tokens": 4}, "asd_budget": 8})
-    assert ans.status == 400 and "top-level asd_budget=8" in ans.error, ans.error  # smg forwards it; refused
     ans = ask(gw.url, "chat", body_for("chat", "x", gw.model, {"asd_budget": 8, "asd_rule": "fuzzy"}))
     assert ans.status == 400 and "asd_rule must be one of asd, local, margin, threshold, got 'fuzzy'" in ans.error
     ans = ask(gw.url, "completions", body_for("completions", "x", "default", {"asd_budget": 8}))
     assert ans.status == 404 and "default" in ans.error  # smg routes OpenAI requests by the served model's name
+
+
+def test_generate_top_level_fields_through_the_gateway(gateway):
+    """The top-level form on /generate, what ``bench_serving --extra-request-body`` sends: smg forwards
+    unknown top-level keys, and the server applies them to the request's sampling_params."""
+    gw, _, _ = gateway
+    for n, (fields, rule, params) in enumerate(RULES):
+        for stream in (False, True):
+            sampling = {"temperature": 0, "max_new_tokens": 16, "ignore_eos": True}
+            body = {"text": PROMPTS[(n * 2 + stream) % len(PROMPTS)], "sampling_params": sampling, "stream": stream,
+                    **fields}
+            ans = ask(gw.url, "generate", body)
+            where = f"stream={stream} {fields}"
+            assert ans.status == 200 and ans.finished and ans.receipt is not None, (where, ans.error, gw.tail())
+            r = ans.receipt
+            assert r["applied"] and r["rule"] == rule and r["budget"] == fields["asd_budget"], (where, r)
+            assert set(params) <= r.keys(), (where, r)
+            for key in ("asd_gate", "asd_margin", "asd_threshold"):
+                if key in fields:
+                    assert r[key.removeprefix("asd_")] == pytest.approx(fields[key]), (where, r)
+            if not stream and rule == "asd-1":
+                check_receipt(ans.body, fields["asd_budget"])
+    # the same value at the top level and in sampling_params.custom_params: served; two values: a 400 naming both
+    twice = {"text": PROMPTS[2], "asd_budget": 4,
+             "sampling_params": {"temperature": 0, "max_new_tokens": 8, "custom_params": {"asd_budget": 4}}}
+    ans = ask(gw.url, "generate", twice)
+    assert ans.status == 200 and ans.receipt["budget"] == 4.0 and ans.receipt["applied"], (ans.error, ans.receipt)
+    ans = ask(gw.url, "generate", {**twice, "asd_budget": 8})
+    assert ans.status == 400 and ("asd_budget is given twice with different values: 8 (top level) and 4 "
+                                  "(sampling_params.custom_params.asd_budget)") in ans.error, ans.error
+    ans = ask(gw.url, "generate", {"text": "x", "sampling_params": {"max_new_tokens": 4}, "asd_budget": -1})
+    assert ans.status == 400 and "asd_budget must be a finite number in [0, 64], got -1" in ans.error, ans.error
 
 
 def test_asd_metrics_from_both_servers(gateway):

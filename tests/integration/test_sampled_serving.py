@@ -1,6 +1,6 @@
-"""Sampled requests on real servers serving SGLang's sampling verify on CPU (``SGLANG_ASD_CPU_SAMPLING=on``,
-``sglang_asd/cpu_backend/seams/sampling.py``):
-budget 0 is stock SGLang's sampling token for token (same ``sampling_seed``: SGLang's seeded coins),
+"""Sampled requests on real servers serving SGLang's sampling verify on CPU (``SGLANG_ASD_CPU_SAMPLING``, on
+by default, ``sglang_asd/cpu_backend/seams/sampling.py``): unseeded requests draw fresh randomness, seeded
+ones reproduce, budget 0 is stock SGLang's sampling token for token (same ``sampling_seed``: SGLang's seeded coins),
 a budget gets the sampled rule (``asd-sampled-1``) with receipts that never overspend, and sampled
 ASD rows, greedy ASD rows and stock rows share batches.
 
@@ -62,6 +62,22 @@ def test_budget_zero_equals_stock_sampling(servers, algorithm):
     assert _outputs(asd, asd_budget=0, **top) == _outputs(stock, **top), "top-k / top-p, budget 0"
     r = asd.generate(PROMPTS[0], **_sampled(0, asd_budget=0))["meta_info"]["asd"]
     assert r["applied"] is False and r["reason"] == "strict" and r["rule"] == "asd-sampled-1"
+
+
+@pytest.mark.parametrize("stock", [True, False], ids=["stock", "asd"])
+def test_unseeded_requests_draw_fresh_randomness_and_seeded_ones_reproduce(servers, stock):
+    """Without ``sampling_seed`` every request draws its own coins, one after another or side by side in
+    one batch (the tiny target is nearly flat at temperature 1: equal 16-token outputs would be a fluke);
+    with one, identical requests are identical."""
+    server = servers.get("eagle", stock=stock)
+    params = dict(temperature=1.0, max_new_tokens=16, ignore_eos=True, **({} if stock else {"asd_budget": 8}))
+    one_by_one = {tuple(server.generate(PROMPTS[0], **params)["output_ids"]) for _ in range(3)}
+    with ThreadPoolExecutor(4) as pool:
+        side_by_side = {tuple(o["output_ids"]) for o in pool.map(lambda _: server.generate(PROMPTS[0], **params),
+                                                                  range(4))}
+    assert len(one_by_one) >= 2 and len(side_by_side) >= 2, (one_by_one, side_by_side)
+    seeded = [server.generate(PROMPTS[0], sampling_seed=5, **params)["output_ids"] for _ in range(2)]
+    assert seeded[0] == seeded[1]
 
 
 def check_sampled_receipt(out: dict, budget: float) -> dict:

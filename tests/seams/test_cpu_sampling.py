@@ -1,12 +1,15 @@
 """SGLang's sampling verify on CPU behind ``SGLANG_ASD_CPU_SAMPLING`` (``cpu_backend/seams/sampling.py``):
-the switch's values, nothing patched when it is off (or without the stand-in), every binding in place when
-it is on, the start-up check, and the torch ops against plain references. Real servers serving it:
-``tests/integration/test_sampled_serving.py``."""
+the switch's values (on by default), nothing patched when it is off (or without the stand-in), every binding
+in place when it is on, each request's seed in SGLang's batch, the start-up check, and the torch ops against
+plain references. Real servers serving it: ``tests/integration/test_sampled_serving.py``."""
 
 import functools
-import importlib
+import inspect
+import os
 import random
 import struct
+import subprocess
+import sys
 from types import SimpleNamespace
 
 import pytest
@@ -22,17 +25,17 @@ from sglang_asd.cpu_backend.seams import sampling
 def restored(monkeypatch):
     """Every binding the seam sets (and its record of SGLang's originals) as before the test."""
     for module, name in sampling.BINDINGS:
-        mod = importlib.import_module(module)
-        monkeypatch.setattr(mod, name, getattr(mod, name))
+        owner, attr = sampling.binding(module, name)
+        monkeypatch.setattr(owner, attr, inspect.getattr_static(owner, attr))
     monkeypatch.setattr(sampling, "_ORIGINAL", {})
     return monkeypatch
 
 
 def _bindings() -> dict:
-    return {(m, n): getattr(importlib.import_module(m), n) for m, n in sampling.BINDINGS}
+    return {(m, n): inspect.getattr_static(*sampling.binding(m, n)) for m, n in sampling.BINDINGS}
 
 
-@pytest.mark.parametrize("value,on", [(None, False), ("", False), ("off", False), (" Off ", False), ("on", True),
+@pytest.mark.parametrize("value,on", [(None, True), ("", True), ("off", False), (" Off ", False), ("on", True),
                                       ("ON", True)])
 def test_the_switch_reads_off_and_on(monkeypatch, value, on):
     if value is None:
@@ -46,7 +49,7 @@ def test_the_switch_reads_off_and_on(monkeypatch, value, on):
 @pytest.mark.parametrize("value", ["yes", "1", "true", "o n"])
 def test_a_bad_switch_value_names_the_variable_the_value_and_the_choices(monkeypatch, value):
     monkeypatch.setenv(env.CPU_SAMPLING_ENV, value)
-    with pytest.raises(ValueError, match=f"SGLANG_ASD_CPU_SAMPLING='{value}': expected one of off, on"):
+    with pytest.raises(ValueError, match=f"SGLANG_ASD_CPU_SAMPLING='{value}': expected one of on, off"):
         env.cpu_sampling()
     with pytest.raises(ValueError, match="SGLANG_ASD_CPU_SAMPLING"):
         env.check_cpu_switches()  # what the launchers call before any process starts
@@ -76,10 +79,6 @@ def test_on_sets_every_binding_and_serves_the_sampling_branch(restored):
 
     restored.setattr(cpu_backend, "is_installed", lambda: True)
     restored.setenv(env.CPU_SAMPLING_ENV, "on")
-    # SGLang's get_exec() reads the scheduler's published settings; here, a stand-in for them
-    settings = SimpleNamespace(deterministic=SimpleNamespace(enable_deterministic_inference=False, other=3),
-                               features=object())
-    restored.setattr(sampling_batch_info, "get_exec", lambda: settings)
     assert cpu_seams.install_cpu_sampling() is True
     assert cpu_seams.install_cpu_sampling() is True  # idempotent: a forked child applies it again
     assert sampling.missing() == []
@@ -89,9 +88,68 @@ def test_on_sets_every_binding_and_serves_the_sampling_branch(restored):
     assert eagle_utils._verify_uses_greedy(is_all_greedy=True, **flags) is True  # greedy batches stay greedy
     assert verify_sampling.tree_speculative_sampling_target_only is sampling.tree_speculative_sampling_target_only
     assert eagle_sample.sampling_hooks() == [(eagle_sample.TREE_SAMPLING, eagle_sample.tree_sampling_around)]
-    seen = sampling_batch_info.get_exec()
-    assert seen.deterministic.enable_deterministic_inference is True  # per-request sampling_seed is read
-    assert seen.deterministic.other == 3 and seen.features is settings.features  # everything else is SGLang's
+    assert sampling_batch_info.SamplingBatchInfo.from_schedule_batch.__func__ is sampling.from_schedule_batch
+
+
+class _Batch:  # what SamplingBatchInfo.from_schedule_batch reads of a ScheduleBatch (weak-referenceable)
+    def __init__(self, reqs):
+        self.reqs, self.device = reqs, "cpu"
+
+
+def _req(rid, seed=None, temperature=0.7):
+    from sglang.srt.sampling.sampling_params import SamplingParams
+
+    params = SamplingParams(temperature=temperature, sampling_seed=seed)
+    params.normalize(None)
+    params.verify(VOCAB)
+    return SimpleNamespace(rid=rid, sampling_params=params, custom_logit_processor=None, return_sampling_mask=False,
+                           sampling_logprobs_mode=None)
+
+
+VOCAB = 100
+
+
+@pytest.fixture
+def sampling_info(restored):
+    """SGLang's SamplingBatchInfo with the seam applied, outside deterministic inference (get_exec()
+    reads the scheduler's published settings; here, a stand-in for them)."""
+    from sglang.srt.sampling import sampling_batch_info
+
+    restored.setattr(cpu_backend, "is_installed", lambda: True)
+    restored.setenv(env.CPU_SAMPLING_ENV, "on")
+    settings = SimpleNamespace(deterministic=SimpleNamespace(enable_deterministic_inference=False),
+                               features=SimpleNamespace(enable_custom_logit_processor=False, enable_watermark=False))
+    restored.setattr(sampling_batch_info, "get_exec", lambda: settings)
+    cpu_seams.install_cpu_sampling()
+    return sampling_batch_info.SamplingBatchInfo, settings
+
+
+def test_each_request_brings_its_seed_or_one_of_its_request_id(sampling_info):
+    """A seeded request keeps its sampling_seed (any int64); an unseeded one gets a seed of its rid: fresh
+    for every request (SGLang's rids are fresh uuids), the same in every process and on every call."""
+    cls, _ = sampling_info
+    reqs = [_req("a"), _req("b", seed=7), _req("c", temperature=0), _req("d", seed=-(2 ** 63)), _req("a_1")]
+    seeds = cls.from_schedule_batch(_Batch(reqs), VOCAB).sampling_seed
+    assert seeds.dtype == torch.int64
+    assert seeds.tolist() == [sampling.request_seed("a"), 7, sampling.request_seed("c"), -(2 ** 63),
+                              sampling.request_seed("a_1")]
+    assert cls.from_schedule_batch(_Batch(reqs[:1]), VOCAB).sampling_seed.tolist() == seeds[:1].tolist()
+    unseeded = [sampling.request_seed(uuid) for uuid in ("a", "c", "a_1", "a_2", "\ud800")]
+    assert len(set(unseeded)) == len(unseeded) and all(0 <= s < 2 ** 63 for s in unseeded)
+    # what another process computes (a TP rank; Python's hash() of a str differs from process to process)
+    code = "from sglang_asd.cpu_backend.seams.sampling import request_seed; print(request_seed('a'))"
+    other = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                           env={**os.environ, "PYTHONHASHSEED": "12345"})
+    assert int(other.stdout) == sampling.request_seed("a")
+
+
+def test_sglang_deterministic_inference_keeps_its_own_seeds(sampling_info):
+    """Under SGLang's --enable-deterministic-inference (refused by the CPU attention backend) SGLang's
+    seeds stand: seed 42 for a request without one."""
+    cls, settings = sampling_info
+    settings.deterministic.enable_deterministic_inference = True
+    seeds = cls.from_schedule_batch(_Batch([_req("a"), _req("b", seed=7)]), VOCAB).sampling_seed
+    assert seeds.tolist() == [42, 7]
 
 
 def test_a_hookregistry_wrapper_around_the_kernel_still_counts_and_a_lost_binding_is_named(restored):

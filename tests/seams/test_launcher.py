@@ -142,3 +142,60 @@ def test_unknown_fixture_is_one_line_error(tmp_path, monkeypatch):
         ls.resolve_fixtures(["--model-path", "fixture:no-such-model"])
     assert e.value.message.startswith("unknown fixture fixture:no-such-model; known: ")
     assert not (tmp_path / "models").exists()
+
+
+def _tree(algorithm: str, steps: int, topk: int, draft_tokens: int) -> list:
+    return ["--speculative-algorithm", algorithm, "--speculative-num-steps", str(steps),
+            "--speculative-eagle-topk", str(topk), "--speculative-num-draft-tokens", str(draft_tokens)]
+
+
+@pytest.mark.parametrize("algorithm,steps,topk,draft,refused", [
+    ("EAGLE", 3, 4, 4, None),  # topk above the draft width: served (the root keeps 3 of its 4 children)
+    ("EAGLE", 2, 4, 2, "--speculative-num-draft-tokens 2 is below --speculative-num-steps + 1 = 3"),
+    ("STANDALONE", 3, 2, 3, "--speculative-num-draft-tokens 3 is below --speculative-num-steps + 1 = 4"),
+    ("EAGLE3", 1, 2, 4, "(1 + topk + (steps - 1) * topk^2 = 3)"),
+    ("EAGLE", 2, 2, 7, None),  # the largest tree of 2 steps and topk 2
+    ("NEXTN", 2, 2, 8, "holds (1 + topk + (steps - 1) * topk^2 = 7)"),
+    ("EAGLE", 3, 1, 2, None),  # a chain: SGLang sets the draft tokens to steps + 1 itself
+    ("NGRAM", 1, 8, 2, None),  # not an EAGLE tree
+])
+def test_draft_trees_sglang_cannot_serve_are_refused(algorithm, steps, topk, draft, refused):
+    argv = _tree(algorithm, steps, topk, draft)
+    if refused is None:
+        ls.check_draft_tree(argv)
+        return
+    with pytest.raises(ls.LaunchError) as e:
+        ls.check_draft_tree(argv)
+    assert refused in e.value.message and "\n" not in e.value.message
+
+
+def test_a_draft_tree_flag_on_the_command_line_overrides_the_config_file():
+    yaml = ["--config", str(CONFIGS / "cpu_tiny_eagle.yaml")]  # steps 3, topk 1, draft tokens 4
+    ls.check_draft_tree(ls._merge_config([*yaml, "--speculative-eagle-topk", "4"]))
+    with pytest.raises(ls.LaunchError) as e:
+        ls.check_draft_tree(ls._merge_config([*yaml, "--speculative-eagle-topk", "4", "--speculative-num-steps", "5"]))
+    assert e.value.message.startswith("--speculative-num-draft-tokens 4 is below --speculative-num-steps + 1 = 6")
+
+
+def test_a_draft_tree_sglang_cannot_serve_is_a_one_line_error(tmp_path):
+    r = _run(["--model-path", str(tmp_path), *_tree("EAGLE", 2, 4, 2)])
+    assert r.returncode == 2 and "Traceback" not in r.stderr
+    lines = [line for line in r.stderr.splitlines() if "error:" in line]
+    assert len(lines) == 1 and "--speculative-num-draft-tokens 2 is below" in lines[0], r.stderr
+
+
+def test_rejection_sampling_is_refused_where_the_cpu_serves_sampled_verify():
+    argv = ["--speculative-algorithm", "EAGLE", "--speculative-use-rejection-sampling"]
+    ls.check_cpu_sampler(argv, cpu_sampling=False)  # sampled rows verified greedily: nothing launches Triton
+    ls.check_cpu_sampler(argv[:2], cpu_sampling=True)
+    with pytest.raises(ls.LaunchError) as e:
+        ls.check_cpu_sampler(argv, cpu_sampling=True)
+    assert e.value.message.startswith("--speculative-use-rejection-sampling is not served on CPU")
+
+
+def test_rejection_sampling_on_cpu_is_a_one_line_error(tmp_path, monkeypatch):
+    monkeypatch.setenv("SGLANG_ASD_CPU_SAMPLING", "on")
+    r = _run(["--model-path", str(tmp_path), *_tree("EAGLE", 3, 1, 4), "--speculative-use-rejection-sampling"])
+    assert r.returncode == 2 and "Traceback" not in r.stderr
+    lines = [line for line in r.stderr.splitlines() if "error:" in line]
+    assert len(lines) == 1 and "--speculative-use-rejection-sampling is not served on CPU" in lines[0], r.stderr

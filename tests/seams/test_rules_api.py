@@ -146,3 +146,24 @@ def test_round_metrics_carry_the_rule(monkeypatch):
     metrics.observe_finished(8.0, None, rule="margin")  # no ledger: never "exhausted"
     metrics.observe_finished(8.0, 0.0, rule="asd")
     assert list(metrics.exhausted.values.values()) == [1]
+
+
+ODD_VALUES = [None, True, -1, 0, 1, 2**70, 1.5, math.nan, math.inf, "x", "1", [], [1], {"a": 1}, 10**400, object()]
+
+
+@pytest.mark.parametrize("rule", [None, "asd", "local", "margin", "threshold"])
+def test_the_scheduler_reads_any_custom_params_with_at_most_a_value_error(rule):
+    """The scheduler serves a request whose ``custom_params`` the HTTP layer would refuse (a direct engine
+    call) strictly, catching ValueError: nothing else may escape, whatever the values' types."""
+    from sglang_asd.sglang_seams.state.request_ledger import REQUEST_KEYS
+
+    for key in REQUEST_KEYS:
+        for value in ODD_VALUES:
+            params = {key: value} if rule is None or key == "asd_rule" else {key: value, "asd_rule": rule}
+            try:
+                RequestASD.from_custom_params(params, S)
+            except ValueError:
+                pass
+    for params in ([1], "asd_budget", 3):
+        with pytest.raises(ValueError, match="custom_params must be an object"):
+            RequestASD.from_custom_params(params, S)

@@ -109,18 +109,24 @@ def _probs(gen: torch.Generator, rows: int, V: int, peaked: float, zeros: float)
 
 def make_sampled_round(seed: int, bs: int = 32, K: int = 4, W: Optional[int] = None, V: int = 8,
                        shape: str = "tree", peaked: float = 2.0, zeros: float = 0.2,
-                       budget: str = "mixed", reverse_siblings: bool = False, duplicates: float = 0.1) -> SampledRound:
-    """A seeded round: ``shape`` chain (W = K + 1) or tree (random trees of depth <= K); draft
+                       budget: str = "mixed", reverse_siblings: bool = False, duplicates: float = 0.1,
+                       parents: Optional[List[List[int]]] = None) -> SampledRound:
+    """A seeded round: ``shape`` chain (W = K + 1) or tree (random trees of depth <= K), or the
+    given ``parents`` (one parent array of depth <= K per row: W and bs from them); draft
     tokens mostly drawn from the parent's p (a good drafter, so q often passes the floor), a
     ``duplicates`` share copied from a sibling; budgets ``mixed`` (exact, tight and ample rows),
     ``zero`` or ``ample``."""
     rng = random.Random(seed)
     gen = torch.Generator().manual_seed(seed)
     shape = "chain" if K == 0 else shape  # K = 0: the root alone
-    W = K + 1 if shape == "chain" else (W or 2 * K + 2)
+    if parents is not None:
+        bs, W = len(parents), len(parents[0])
+    else:
+        W = K + 1 if shape == "chain" else (W or 2 * K + 2)
     probs = _probs(gen, bs * W, V, peaked, zeros).view(bs, W, V)
-    parents: List[List[int]] = [chain_parents(K) if shape == "chain" else random_tree(rng, K, W, outside=0.05)
-                                for _ in range(bs)]
+    if parents is None:
+        parents = [chain_parents(K) if shape == "chain" else random_tree(rng, K, W, outside=0.05)
+                   for _ in range(bs)]
     cand = torch.zeros(bs, W, dtype=torch.long)
     for b in range(bs):
         for n in range(1, W):

@@ -6,8 +6,8 @@
 #
 # Resumable: every step passes --resume (a tool's run log skips completed work) and a finished
 # step leaves STEP.done, so after a stop just run this script again (in a fresh checkout it starts
-# from the logs committed under results/; commit OUT's logs there, and finished steps in
-# results/steps_done, before a session ends):
+# from the logs committed under results/; at each finished step publish OUT there with
+# `bash docs/measurements/publish.sh OUT docs/measurements/issue12/results` and commit it, docs/MEASURING.md):
 #   nohup nice -n 19 bash docs/measurements/issue12/run_all.sh > OUT/run_all.out 2>&1 &
 # (nice: work beside it, tests or CI, keeps the cores; the audits do not depend on timing, and a speed
 # pass that loses CPU to other work is detected and redone, scripts/lab/quiet.py)

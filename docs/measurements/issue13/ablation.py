@@ -36,7 +36,7 @@ from typing import Optional
 
 from sglang_asd.bench import audit_summary, speed_summary, stats
 from sglang_asd.bench.audit import LOG_KIND, LOG_NAME, items_of
-from sglang_asd.bench.runlog import read_log
+from sglang_asd.bench.runlog import exists, read_log, read_text
 from sglang_asd.bench.sampling import seed_of
 from sglang_asd.bench.speed import repeats_cell
 
@@ -311,8 +311,8 @@ def main(argv=None) -> int:
     p.add_argument("--speed-long", type=Path, help="the long fixed-work speed run's speed.json")
     p.add_argument("--out", type=Path, required=True)
     args = p.parse_args(argv)
-    audit = json.loads(args.audit.read_text())
-    load = lambda path: json.loads(path.read_text()) if path and path.exists() else None  # noqa: E731
+    audit = json.loads(read_text(args.audit))
+    load = lambda path: json.loads(read_text(path)) if path and exists(path) else None  # noqa: E731
     speed, long = load(args.speed), load(args.speed_long)
     records = audit_records(args.audit)
     rows = rows_of(audit, speed, long, records)

@@ -22,13 +22,15 @@ import json
 import sys
 from pathlib import Path
 
+from sglang_asd.bench import runlog
+
 RULE = "asd-sampled-1"
 
 
 def _records(path: Path, kind: str) -> list[dict]:
-    if not path.exists():
+    if not runlog.exists(path):   # the live log, or the published .gz
         return []
-    return [r for r in map(json.loads, path.read_text().splitlines()[1:]) if r.get("kind") == kind]
+    return [r for r in map(json.loads, runlog.read_text(path).splitlines()[1:]) if r.get("kind") == kind]
 
 
 def check_audit(folder: Path) -> tuple[list[str], list[str]]:

@@ -16,8 +16,8 @@
 # (cpu_backend/seams/sampling.py); check_receipts.py stops the chain if a receipt says otherwise.
 #
 # Resumable: every step passes --resume and leaves STEP.done; after a stop run the script again (a
-# fresh checkout starts from the logs committed under results/, see steps.sh's chain_seed: copy
-# OUT's speed/ and audit/ folders there and list the finished steps in results/steps_done):
+# fresh checkout starts from the logs committed under results/, see steps.sh's chain_seed; at each
+# finished step `bash docs/measurements/publish.sh $OUT docs/measurements/issue33/results`, then commit):
 #   nohup nice -n 19 bash docs/measurements/issue33/run.sh > $OUT/run.out 2>&1 &
 # It waits while issue 35's chain runs (one measurement chain at a time on this machine).
 # Run it from a frozen worktree so edits in the main tree cannot change a running server:

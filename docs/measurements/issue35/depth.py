@@ -22,7 +22,7 @@ import math
 import statistics
 from pathlib import Path
 
-from sglang_asd.bench import speed_summary, stats
+from sglang_asd.bench import runlog, speed_summary, stats
 
 CONFIGS = {"qwen_k2": "chain K=2", "qwen_k4": "chain K=4", "qwen_k6": "chain K=6", "qwen_k8": "chain K=8",
            "qwen_tree": "tree, topk 2, 4 steps, 8 tokens"}
@@ -32,7 +32,7 @@ ARMS = ("strict", "b8", "b8g0.5")
 def per_prompt_tok_s(run: Path) -> dict[str, dict[str, float]]:
     """arm -> prompt -> median over repeats of the request's tok/s (the speed tool's per-prompt rate:
     output tokens / latency, ``speed_summary.request_rates``); a redone pass replaces its try."""
-    log = [json.loads(line) for line in (run / "speed_passes.jsonl").read_text().splitlines() if line.strip()]
+    log = [json.loads(line) for line in runlog.read_text(run / "speed_passes.jsonl").splitlines() if line.strip()]
     last: dict[tuple, dict] = {}
     for rec in log:
         if rec.get("kind") == "pass" and rec.get("fixed_work_ok"):
@@ -60,9 +60,9 @@ def collect(out: Path) -> tuple[dict, dict, dict]:
     and (run, arm) -> its per-prompt ratio against strict at K = 4 with the interval."""
     runs, summaries = {}, {}
     for name in CONFIGS:
-        if (out / name / "speed.json").exists():
+        if runlog.exists(out / name / "speed.json"):
             runs[name] = per_prompt_tok_s(out / name)
-            summaries[name] = {a["arm"]: a for a in json.loads((out / name / "speed.json").read_text())["arms"]}
+            summaries[name] = {a["arm"]: a for a in json.loads(runlog.read_text(out / name / "speed.json"))["arms"]}
     if "qwen_k4" not in runs:
         raise SystemExit(f"{out}/qwen_k4: no speed run (the reference depth)")
     ref = runs["qwen_k4"]["strict"]

@@ -15,11 +15,11 @@ import math
 import sys
 from pathlib import Path
 
-from sglang_asd.bench import stats
+from sglang_asd.bench import runlog, stats
 
 
 def table(run: Path) -> str:
-    data = json.loads((run / "speed.json").read_text())
+    data = json.loads(runlog.read_text(run / "speed.json"))
     arms = {a["arm"]: a for a in data["arms"]}
     if "plain" not in arms:
         raise SystemExit(f"{run}: no plain arm (run the speed tool with --plain-launch)")

@@ -28,8 +28,8 @@ linear layers with float32 accumulation.
   Qwen2.5 1.5B layer shapes). Activations, the KV cache, norms and embeddings stay in the model's
   dtype.
 - Why: on x86 CPUs without bf16 instructions (AVX-512 BF16, AMX) torch's bf16 GEMM is several
-  times slower than float32 (docs/BENCHMARKS.md, "The CPU path"); with them it is the faster one
-  (docs/BENCHMARKS.md, "Where a round's time goes on CPU"). So the default mode, ``auto``,
+  times slower than float32 (docs/measurements/cpu_gemm_ab/NOTES.md); with them it is the faster one
+  (docs/measurements/cpu_round_profile/NOTES.md). So the default mode, ``auto``,
   installs these hooks only on a CPU without them (``cpu_backend.env.gemm_mode``).
 - Cost: a widened weight takes twice the memory (the 1.5B model's linear weights: 2.6 -> 5.2 GB).
 - Modes: ``SGLANG_ASD_CPU_GEMM=fp32-accumulate`` installs the hooks on any CPU, ``native`` on none

@@ -1,18 +1,18 @@
-"""Seam: SGLang's speculative *sampling* verify on CPU, only with the CPU stand-in and
-``SGLANG_ASD_CPU_SAMPLING=on`` (``cpu_backend.env.cpu_sampling``; off by default).
+"""Seam: SGLang's speculative *sampling* verify on CPU, with the CPU stand-in unless
+``SGLANG_ASD_CPU_SAMPLING=off`` (``cpu_backend.env.cpu_sampling``; on by default).
 
 Why: SGLang 0.5.23 verifies sampled rows greedily on CPU (``_verify_uses_greedy(is_cpu=True)`` in
 ``srt/speculative/eagle_utils.py``: it commits the target's argmax for every row, so a sampled
-request decodes as a greedy one) and has no CPU ``tree_speculative_sampling_target_only``
-(``kernels/ops/speculative/verify_sampling.py`` binds None), no CPU ``top_k_renorm_prob`` /
-``top_p_renorm_prob`` (``kernels/ops/sampling/renorm.py``: None) and no ``murmur_hash32`` the
-stand-in can run (``kernels/ops/sampling/murmur_hash.py`` calls a Triton kernel, or the CPU build's
-``murmur_hash32_cpu``, which the stand-in lacks; it makes SGLang's seeded coins, ``sampling_seed``).
-Without this seam a CPU server answers sampled requests with ``"reason": "sampling"`` and no
-speculative sampling to compare against. With it, SGLang's real sampling branch runs on CPU with
-torch versions of those, for ASD and stock servers alike, so budget 0 is stock SGLang's sampling
-token for token (same ``sampling_seed``) and the sampled rule (docs/SAMPLED.md) is served and
-measured on CPU:
+request's first token is sampled and the rest is the greedy continuation of it) and has no CPU
+``tree_speculative_sampling_target_only`` (``kernels/ops/speculative/verify_sampling.py`` binds None),
+no CPU ``top_k_renorm_prob`` / ``top_p_renorm_prob`` (``kernels/ops/sampling/renorm.py``: None) and no
+``murmur_hash32`` the stand-in can run (``kernels/ops/sampling/murmur_hash.py`` calls a Triton kernel,
+or the CPU build's ``murmur_hash32_cpu``, which the stand-in lacks; it makes SGLang's seeded coins,
+``sampling_seed``). Without this seam a CPU server answers sampled requests with
+``"reason": "sampling"`` and no speculative sampling to compare against. With it, SGLang's real
+sampling branch runs on CPU with torch versions of those, for ASD and stock servers alike, so
+budget 0 is stock SGLang's sampling token for token (same ``sampling_seed``) and the sampled rule
+(docs/SAMPLED.md) is served and measured on CPU:
 
 - ``_verify_uses_greedy`` sees ``is_cpu=False`` (the GPU predicate);
 - ``tree_speculative_sampling_target_only``: ``sglang_asd.verify.sampled_verify.asd_sampled_verify``
@@ -23,22 +23,28 @@ measured on CPU:
   where the kernel exists);
 - ``top_k_renorm_prob`` / ``top_p_renorm_prob``: plain torch (keep the k largest, or the smallest
   prefix of the sorted distribution reaching p, then renormalise);
-- per-request ``sampling_seed``: SGLang reads it only under ``--enable-deterministic-inference``
+- per-request seeds: SGLang reads ``sampling_seed`` only under ``--enable-deterministic-inference``
   (``SamplingBatchInfo.from_schedule_batch``), which refuses the CPU attention backend
-  (``intel_amx``); here ``SamplingBatchInfo`` sees deterministic inference on, so seeded requests draw
-  SGLang's seeded coins (``_seeded_verify_coins``) and seeded first tokens, as on a GPU server with
-  that flag. As there, a sampled request without a seed draws seed 42's coins: two identical
-  unseeded requests return the same text (send ``sampling_seed``, or ``seed`` on the OpenAI routes,
-  to vary it);
+  (``intel_amx``), and there gives every request without one seed 42 (two identical unseeded
+  requests return the same text). Here ``SamplingBatchInfo.from_schedule_batch`` is SGLang's, then
+  sets the batch's ``sampling_seed`` row by row (``request_seeds``): the request's ``sampling_seed``
+  (``seed`` on the OpenAI routes), or, without one, a seed hashed from its request id. Seeded
+  requests draw SGLang's seeded coins (``_seeded_verify_coins``) and seeded first tokens, as on a GPU
+  server with that flag, and reproduce; unseeded ones draw fresh randomness, since SGLang gives each
+  request (and each of its ``n`` choices) a fresh uuid as ``rid``. The id is the same on every TP rank
+  and across a retraction, so ranks draw the same coins and a retracted request its own again. A
+  client that sends the same ``rid`` twice without a seed draws the same coins twice. Cost: one
+  hash per request and one ``[bs]`` int64 tensor where SGLang builds a batch's sampling info (a new
+  prefill batch; decode steps filter and merge the tensor, as SGLang's seeded path does): no
+  per-step work, no device sync;
 - ``murmur_hash32``: the arithmetic of SGLang's Triton kernel in int64 torch (not compared with it
   here: Triton has no CPU driver; ASD and stock servers use this one).
 
-Kind: module attribute assignments, not HookRegistry hooks. The kernels are None on CPU, and
-HookRegistry's propagation would rebind every module attribute that is None (and every module's
-``get_exec``, which all of SGLang imports by name); here each binding is set where SGLang reads it
-(``BINDINGS``), nowhere else. ``apply`` is idempotent (a forked child inherits the launcher's,
-a spawned one applies its own), and ``missing`` lists a binding that is not this module's function
-(or a HookRegistry wrapper around it), so the process refuses to serve
+Kind: module and class attribute assignments, not HookRegistry hooks. The kernels are None on CPU,
+and HookRegistry's propagation would rebind every module attribute that is None; here each binding
+is set where SGLang reads it (``BINDINGS``), nowhere else. ``apply`` is idempotent (a forked child
+inherits the launcher's, a spawned one applies its own), and ``missing`` lists a binding that is not
+this module's function (or a HookRegistry wrapper around it), so the process refuses to serve
 (``cpu_backend.seams.install_cpu_sampling``).
 
 Processes: launcher and scheduler (ASD and stock servers alike; ``install_launcher_cpu_hooks``,
@@ -52,15 +58,19 @@ Tested on: sglang 0.5.23 (``tests/integration/test_sampled_serving.py``, ``tests
 
 from __future__ import annotations
 
+import hashlib
 import importlib
+import inspect
 
 import torch
 
-# (module, name) of every binding this seam sets, each to the function of the same role below.
+# (module, name) of every binding this seam sets, each to the function of the same role below; a
+# dotted name is a class attribute (``Class.attribute``).
 EAGLE_UTILS = "sglang.srt.speculative.eagle_utils"
+FROM_SCHEDULE_BATCH = "SamplingBatchInfo.from_schedule_batch"
 BINDINGS = (
     (EAGLE_UTILS, "_verify_uses_greedy"),
-    ("sglang.srt.sampling.sampling_batch_info", "get_exec"),
+    ("sglang.srt.sampling.sampling_batch_info", FROM_SCHEDULE_BATCH),
     ("sglang.kernels.ops.speculative.verify_sampling", "tree_speculative_sampling_target_only"),
     (EAGLE_UTILS, "tree_speculative_sampling_target_only"),
     ("sglang.kernels.ops.sampling.renorm", "top_k_renorm_prob"),
@@ -76,7 +86,7 @@ _ORIGINAL: dict = {}
 
 def wanted() -> bool:
     """Whether this process serves SGLang's sampling verify on CPU: the CPU stand-in is active and
-    ``SGLANG_ASD_CPU_SAMPLING=on`` (a bad value raises ``ValueError`` naming it)."""
+    ``SGLANG_ASD_CPU_SAMPLING`` is not ``off`` (a bad value raises ``ValueError`` naming it)."""
     from sglang_asd import cpu_backend
     from sglang_asd.cpu_backend import env
 
@@ -158,45 +168,72 @@ def verify_uses_greedy(*, is_cpu, **kwargs) -> bool:
     return _ORIGINAL["_verify_uses_greedy"](is_cpu=False, **kwargs)
 
 
-class _Proxy:
-    """``inner`` with some attributes replaced."""
-
-    def __init__(self, inner, **replaced):
-        self._inner, self._replaced = inner, replaced
-
-    def __getattr__(self, name):
-        return self._replaced[name] if name in self._replaced else getattr(self._inner, name)
+SEED_BITS = 63  # a request's seed is an int64 >= 0, as SGLang's sampling_seed tensor holds it
 
 
-def get_exec():
-    """SGLang's ``get_exec()`` as ``SamplingBatchInfo`` sees it: deterministic inference on (it then
-    reads each request's ``sampling_seed``); every other setting is SGLang's."""
-    real = _ORIGINAL["get_exec"]()
-    return _Proxy(real, deterministic=_Proxy(real.deterministic, enable_deterministic_inference=True))
+def request_seed(rid) -> int:
+    """The seed of a request that sent none: a hash of its request id in [0, 2**63) (the same in
+    every process, unlike Python's ``hash``)."""
+    key = str(rid).encode("utf-8", "surrogatepass")  # a JSON rid may hold a lone surrogate
+    digest = hashlib.blake2b(key, digest_size=8).digest()
+    return int.from_bytes(digest, "little") >> (64 - SEED_BITS)
 
 
-_OURS = {"_verify_uses_greedy": verify_uses_greedy, "get_exec": get_exec,
+def request_seeds(reqs, device) -> torch.Tensor:
+    """[len(reqs)] int64: each request's ``sampling_seed``, or ``request_seed`` of its ``rid``."""
+    seeds = [r.sampling_params.sampling_seed if r.sampling_params.sampling_seed is not None
+             else request_seed(r.rid) for r in reqs]
+    return torch.tensor(seeds, dtype=torch.int64, device=device)
+
+
+def from_schedule_batch(cls, batch, vocab_size: int):
+    """SGLang's ``SamplingBatchInfo.from_schedule_batch``, with every request's seed in
+    ``sampling_seed`` (``request_seeds``). Under SGLang's own deterministic inference (which the CPU
+    attention backend refuses) SGLang has set it already and it is left as SGLang made it."""
+    info = _ORIGINAL[FROM_SCHEDULE_BATCH](cls, batch, vocab_size)
+    if info.sampling_seed is None:
+        info.sampling_seed = request_seeds(batch.reqs, info.device)
+    return info
+
+
+_OURS = {"_verify_uses_greedy": verify_uses_greedy, FROM_SCHEDULE_BATCH: from_schedule_batch,
          "tree_speculative_sampling_target_only": tree_speculative_sampling_target_only,
          "top_k_renorm_prob": top_k_renorm_prob, "top_p_renorm_prob": top_p_renorm_prob,
          "murmur_hash32": murmur_hash32}
+
+
+def binding(module_name: str, name: str) -> tuple:
+    """(owner, attribute) of a binding: the module, or the class a dotted name starts with."""
+    owner = importlib.import_module(module_name)
+    *classes, attr = name.split(".")
+    for cls in classes:
+        owner = getattr(owner, cls)
+    return owner, attr
+
+
+def _current(owner, attr):
+    """The function bound at ``owner.attr`` (a classmethod's function, not a bound method)."""
+    value = getattr(owner, attr)
+    return getattr(value, "__func__", value)
 
 
 def apply() -> None:
     """Set every binding of ``BINDINGS`` to this module's function (idempotent: a binding already
     set, or wrapped by a HookRegistry hook around it, is left alone)."""
     for module_name, name in BINDINGS:
-        module = importlib.import_module(module_name)
-        current = getattr(module, name)
+        owner, attr = binding(module_name, name)
+        current = _current(owner, attr)
         if _holds(current, _OURS[name]):
             continue
-        if name in ("_verify_uses_greedy", "get_exec"):
+        if name in ("_verify_uses_greedy", FROM_SCHEDULE_BATCH):
             _ORIGINAL[name] = current
-        setattr(module, name, _OURS[name])
+        is_classmethod = isinstance(inspect.getattr_static(owner, attr), classmethod)
+        setattr(owner, attr, classmethod(_OURS[name]) if is_classmethod else _OURS[name])
 
 
 def missing() -> list[str]:
     """The bindings of ``BINDINGS`` that are not this module's function (nor a wrapper around it)."""
-    return [f"{m}.{n}" for m, n in BINDINGS if not _holds(getattr(importlib.import_module(m), n), _OURS[n])]
+    return [f"{m}.{n}" for m, n in BINDINGS if not _holds(_current(*binding(m, n)), _OURS[n])]
 
 
 def _holds(obj, fn) -> bool:

@@ -3,11 +3,18 @@
 Request fields ``asd_budget``, ``asd_rule``, ``asd_gate``, ``asd_max_exceptions_per_block``,
 ``asd_margin``, ``asd_threshold`` and the sampled rule's ``asd_sampled_floor``, ``asd_sampled_power``,
 ``asd_sampled_max_relaxed_per_block`` (docs/CONTRACTS.md):
-- native ``/generate``: inside ``sampling_params`` (an object or a list of them), directly or in its
-  ``custom_params`` (the form that passes SGLang's gateway, smg, which rebuilds ``sampling_params``
-  from the keys it knows); a top-level one is refused, as SGLang would ignore it;
+- native ``/generate``: top level, where it applies to every ``sampling_params`` of the request (each
+  of a batch's list; one is created when none is given), or inside ``sampling_params`` (an object or
+  a list of them), directly or in its ``custom_params``. The top level is the form that works
+  everywhere: SGLang's ``bench_serving --extra-request-body`` puts its keys there, and SGLang's
+  gateway (smg) forwards unknown top-level keys and ``sampling_params.custom_params`` but rebuilds
+  the rest of ``sampling_params`` from the keys it knows. /generate has no top-level
+  ``custom_params``: an ASD field there is refused, as SGLang would ignore it;
 - ``/v1/completions``, ``/v1/chat/completions``: top level (what OpenAI clients send through
   ``extra_body``) or inside ``custom_params``.
+A field given at two places must hold the same value there (compared as validated); two different
+values are refused naming both places: ``asd_budget is given twice with different values: 8 (top
+level) and 4 (sampling_params.asd_budget)``.
 
 An ASGI middleware validates them and moves them into ``custom_params`` (the per-request
 extension point of SGLang's ``SamplingParams``, which survives IPC to the scheduler) before
@@ -100,33 +107,85 @@ def validate_fields(fields: dict, settings: ASDServerSettings) -> dict:
     return {k: validated[k] for k in given}
 
 
-def _move_into_custom_params(holder: dict, source: dict, settings: ASDServerSettings) -> None:
-    """Pop ASD fields from ``source``, validate, and merge them into ``holder["custom_params"]``."""
+TOP_LEVEL = "top level"
+
+
+def _pop_fields(source: dict) -> dict:
+    """Pop the ASD fields from ``source``; a null one is "not given" and is dropped."""
+    popped = {k: source.pop(k) for k in REQUEST_KEYS if k in source}
+    return {k: v for k, v in popped.items() if v is not None}
+
+
+def _merge(places: list[tuple[Optional[str], dict]], settings: ASDServerSettings) -> dict:
+    """The validated ASD fields given at ``places``: ``(prefix, fields)``, where a field named ``k``
+    sits at ``prefix + k`` (prefix None: the body's top level).
+
+    The same field may be given at several places with the same value, compared as validated (8 and
+    8.0 agree; ``true`` and 1 do not: ``true`` is refused); two different values are refused naming
+    both places: ``asd_budget is given twice with different values: 8 (top level) and 4
+    (sampling_params.asd_budget)``. A bad value is refused as such, naming the field."""
+    kept: dict[str, tuple[Any, Optional[str]]] = {}
+    for prefix, fields in places:
+        for k, v in fields.items():
+            kept.setdefault(k, (v, prefix))
+    merged = {k: v for k, (v, _) in kept.items()}
+    for prefix, fields in places:
+        for k, v in fields.items():
+            first, first_prefix = kept[k]
+            if prefix != first_prefix and _validated(k, v, merged, settings) != _validated(k, first, merged, settings):
+                raise ValueError(f"{k} is given twice with different values: {shown(first)} ({_where(first_prefix, k)}) "
+                                 f"and {shown(v)} ({_where(prefix, k)})")
+    return validate_fields(merged, settings)
+
+
+def _validated(key: str, value: Any, merged: dict, settings: ASDServerSettings) -> Any:
+    """``value`` of ``key`` as validated, under the request's rule (which decides the parameters it reads)."""
+    rule = {RULE_KEY: merged[RULE_KEY]} if key != RULE_KEY and RULE_KEY in merged else {}
+    return validate_fields({**rule, key: value}, settings)[key]
+
+
+def _where(prefix: Optional[str], key: str) -> str:
+    return TOP_LEVEL if prefix is None else prefix + key
+
+
+def _move_into_custom_params(holder: dict, places: list[tuple[Optional[str], dict]], custom_prefix: str,
+                             settings: ASDServerSettings) -> None:
+    """Merge the ASD fields of ``places`` and of ``holder["custom_params"]`` (at ``custom_prefix``),
+    validated, into ``holder["custom_params"]``."""
     custom = holder.get("custom_params")
     if custom is not None and not isinstance(custom, dict):
-        raise ValueError(f"custom_params must be an object, got {custom!r}")
-    fields = {k: source.pop(k) for k in REQUEST_KEYS if k in source}
-    nested = {k: custom[k] for k in REQUEST_KEYS if custom and k in custom}
-    for k in fields.keys() & nested.keys():
-        if fields[k] != nested[k]:
-            raise ValueError(f"{k} is given twice with different values: {shown(fields[k])} and "
-                             f"custom_params.{k}={shown(nested[k])}")
-    merged = validate_fields({**nested, **fields}, settings)
+        raise ValueError(f"{custom_prefix.rstrip('.')} must be an object, got {shown(custom)}")
+    nested = {k: custom[k] for k in REQUEST_KEYS if custom and custom.get(k) is not None}
+    merged = _merge([*places, (custom_prefix, nested)], settings)
     if merged:
         holder["custom_params"] = {**(custom or {}), **merged}
 
 
-def _refuse_top_level_fields(body: dict) -> None:
-    """On /generate an ASD field outside ``sampling_params`` would be ignored by SGLang: refuse it.
-
-    A gateway (smg) forwards unknown top-level /generate keys, so this also refuses them there
-    instead of serving the request strict."""
+def _refuse_top_level_custom_params(body: dict) -> None:
+    """/generate has no top-level ``custom_params`` (SGLang's ``GenerateReqInput`` ignores one, and a
+    gateway forwards it): an ASD field there would have no effect, so it is refused."""
     custom = body.get("custom_params")
-    for where, holder in (("", body), ("custom_params.", custom if isinstance(custom, dict) else {})):
-        for k in REQUEST_KEYS:
-            if k in holder:
-                raise ValueError(f"{k} belongs inside sampling_params on /generate (sampling_params.custom_params "
-                                 f"behind a gateway), got a top-level {where}{k}={shown(holder[k])}")
+    for k in REQUEST_KEYS:
+        if isinstance(custom, dict) and custom.get(k) is not None:
+            raise ValueError(f"custom_params is not a /generate field: send {k} at the top level or in "
+                             f"sampling_params, got custom_params.{k}={shown(custom[k])}")
+
+
+def _rewrite_generate(body: dict, settings: ASDServerSettings) -> None:
+    """A top-level field applies to every ``sampling_params`` of the request (a batch: each of the list;
+    none given: a new one); each also reads its own fields and its ``custom_params``."""
+    _refuse_top_level_custom_params(body)
+    top = _pop_fields(body)
+    params = body.get("sampling_params")
+    if params is None and top:
+        params = body["sampling_params"] = {}
+    listed = isinstance(params, list)
+    holders = [(f"sampling_params[{i}]." if listed else "sampling_params.", p)
+               for i, p in enumerate(params if listed else [params]) if isinstance(p, dict)]
+    if top and not holders:  # an empty list, or a malformed one SGLang refuses: the top level is still validated
+        _merge([(None, top)], settings)
+    for prefix, p in holders:
+        _move_into_custom_params(p, [(None, top), (prefix, _pop_fields(p))], prefix + "custom_params.", settings)
 
 
 def rewrite_body(path: str, body: Any, settings: ASDServerSettings) -> Any:
@@ -134,13 +193,9 @@ def rewrite_body(path: str, body: Any, settings: ASDServerSettings) -> Any:
     if not isinstance(body, dict):
         return body
     if path in GENERATE_ROUTES:
-        _refuse_top_level_fields(body)
-        params = body.get("sampling_params")
-        for p in params if isinstance(params, list) else [params]:
-            if isinstance(p, dict):
-                _move_into_custom_params(p, p, settings)
+        _rewrite_generate(body, settings)
     else:
-        _move_into_custom_params(body, body, settings)
+        _move_into_custom_params(body, [(None, _pop_fields(body))], "custom_params.", settings)
     return body
 
 

@@ -70,6 +70,10 @@ class RequestASD:
 
     @classmethod
     def from_custom_params(cls, custom_params: Optional[Mapping[str, Any]], settings: ASDServerSettings) -> "RequestASD":
+        """The request's choice from its ``custom_params``; raises ValueError (never another error) on
+        anything the HTTP layer would refuse, so the scheduler can serve such a request strictly."""
+        if custom_params is not None and not isinstance(custom_params, Mapping):
+            raise ValueError(f"custom_params must be an object, got {type(custom_params).__name__}")
         params = custom_params or {}
         budget = params.get(BUDGET_KEY)
         return cls(
