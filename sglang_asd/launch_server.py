@@ -191,7 +191,8 @@ def check_start(argv: list[str], asd_requested: bool = False) -> None:
     if asd_requested:
         from sglang_asd.sglang_seams.modes import why_unsupported
 
-        why = why_unsupported(_flag_value(argv, "--speculative-algorithm"), _flag_value(argv, "--disaggregation-mode"))
+        why = why_unsupported(_flag_value(argv, "--speculative-algorithm"), _flag_value(argv, "--disaggregation-mode"),
+                              _flag_value(argv, "--speculative-eagle-topk"))
         if why is not None:
             raise LaunchError(why + " (README: support matrix)")
     check_draft_tree(argv)

@@ -13,8 +13,8 @@ independent, so intervals resample prompts or items with all their seeds (``spee
 A run log keys its units by seed (``seed_of``: a record without one, a greedy or older log, is seed
 0) and stores the settings in its fingerprint only when they differ from greedy
 (``fingerprint``), so every log written before these flags stays resumable and a resumed run
-cannot change them. A CPU server samples only with ``SGLANG_ASD_CPU_SAMPLING=on``
-(``cpu_backend/seams/sampling.py``); without it SGLang verifies sampled rows greedily and the
+cannot change them. A CPU server samples as a GPU one does unless ``SGLANG_ASD_CPU_SAMPLING=off``
+(``cpu_backend/seams/sampling.py``); with it off SGLang verifies sampled rows greedily and the
 receipts say ``"reason": "sampling"``.
 """
 

@@ -183,9 +183,9 @@ def with_launch_facts(info: dict, launched: bool) -> dict:
     """``info`` plus what a server started by this run shows only through the environment it
     inherited, part of a measurement's identity: on CPU, the linear-layer mode (``cpu_gemm``,
     ``SGLANG_ASD_CPU_GEMM``, cpu_backend/seams/cpu_paths.py) and, only when on (so the identity of
-    every earlier run stays what it was), SGLang's sampling verify (``cpu_sampling``,
-    ``SGLANG_ASD_CPU_SAMPLING``, cpu_backend/seams/sampling.py: without it a sampled request
-    verifies greedily)."""
+    every earlier run stays what it was: runs without the field verified sampled rows greedily),
+    SGLang's sampling verify (``cpu_sampling``, ``SGLANG_ASD_CPU_SAMPLING``, on unless ``off``,
+    cpu_backend/seams/sampling.py: without it a sampled request verifies greedily)."""
     if launched and info.get("device") == "cpu":
         from sglang_asd.cpu_backend.env import cpu_sampling, gemm_mode
 

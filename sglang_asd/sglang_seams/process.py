@@ -60,7 +60,7 @@ def run_scheduler_process(asd_settings, *args, **kwargs):
 
 def run_stock_scheduler_process(*args, **kwargs):
     """Scheduler entry for ``sglang_asd.stock_server``: the CPU bootstrap, the CPU sampling verify
-    when ``SGLANG_ASD_CPU_SAMPLING=on`` and the CPU-path fixes only."""
+    (unless ``SGLANG_ASD_CPU_SAMPLING=off``) and the CPU-path fixes only."""
     prepare_process()
     from sglang_asd.cpu_backend.seams import HookNotInstalled, install_cpu_path_hooks, install_cpu_sampling
 

@@ -170,8 +170,10 @@ def test_a_launched_cpu_server_names_the_sampling_switch_only_when_on(monkeypatc
     from sglang_asd.bench.server import identity, with_launch_facts
 
     monkeypatch.setenv("SGLANG_ASD_CPU_GEMM", "native")
-    monkeypatch.delenv("SGLANG_ASD_CPU_SAMPLING", raising=False)
+    monkeypatch.setenv("SGLANG_ASD_CPU_SAMPLING", "off")
     assert "cpu_sampling" not in with_launch_facts({"device": "cpu"}, launched=True)
+    monkeypatch.delenv("SGLANG_ASD_CPU_SAMPLING")  # the default: on
+    assert identity(with_launch_facts({"device": "cpu"}, launched=True))["cpu_sampling"] == "on"
     monkeypatch.setenv("SGLANG_ASD_CPU_SAMPLING", "on")
     assert identity(with_launch_facts({"device": "cpu"}, launched=True))["cpu_sampling"] == "on"
     assert with_launch_facts({"device": "cpu"}, launched=False) == {"device": "cpu"}

@@ -140,3 +140,16 @@ def test_greedy_twin_accepts_argmax_matches():
         row = predicts.view(-1, 5)[b]
         assert row[:num].tolist() == candidates[b, 1:num + 1].tolist() and row[num] == argmax[b, num]
     assert (accept_num[:8] == 4).all() and (accept_num[8:] < 4).any()
+
+
+@pytest.mark.parametrize("fn", [chain_speculative_sampling, chain_greedy_verify])
+def test_anchor_only_block_samples_the_bonus(fn):
+    """W = 1 (no draft token): nothing to accept; the output token comes from target row 0."""
+    candidates, uniform, final_coins, target, draft = make_case(3, width=1)
+    predicts, accept_index, accept_num = run(fn, candidates, uniform, final_coins, target, draft)
+    assert (accept_num == 0).all() and accept_index[:, 0].tolist() == list(range(candidates.shape[0]))
+    if fn is chain_greedy_verify:
+        assert predicts.tolist() == target[:, 0].argmax(-1).tolist()
+    else:
+        assert predicts.tolist() == [final for _, _, writes in reference(candidates, uniform, final_coins, target, draft)
+                                     for final in writes.values()]

@@ -199,3 +199,57 @@ def test_rejection_sampling_on_cpu_is_a_one_line_error(tmp_path, monkeypatch):
     assert r.returncode == 2 and "Traceback" not in r.stderr
     lines = [line for line in r.stderr.splitlines() if "error:" in line]
     assert len(lines) == 1 and "--speculative-use-rejection-sampling is not served on CPU" in lines[0], r.stderr
+
+
+
+def _bag(path, **fields):
+    """One of SGLang's resolved settings namespaces (``runtime_context._ConfigBag``), as ``get_spec()``
+    and ``get_disagg()`` return them."""
+    from sglang.srt.runtime_context import _ConfigBag
+
+    bag = _ConfigBag(path)
+    for name, value in fields.items():
+        bag._set(name, value)
+    return bag
+
+
+@pytest.mark.parametrize("topk, linear", [(None, True), (1, True), ("1", True), (2, False), (8, False)])
+def test_uno_receipts_say_where_asd_cannot_decide(monkeypatch, topk, linear):
+    """UNO needs CUDA (FA3), so this drives the reason logic with SGLang's own settings objects: linear
+    UNO (topk 1, SGLang's default) accepts in its worker, so every request is unsupported and ASD is
+    refused at start-up; on tree UNO greedy requests are decided in eagle_sample, and sampled ones say
+    "sampling" at any budget (its sparse sampler bypasses the hooked kernel)."""
+    from sglang.srt import runtime_context
+    from sglang.srt.speculative.spec_info import SpeculativeAlgorithm
+
+    from sglang_asd.policy import ASDConfig
+    from sglang_asd.sglang_seams import modes
+    from sglang_asd.sglang_seams.scheduler.scheduler import _reason
+    from sglang_asd.sglang_seams.state.request_ledger import RequestASD, RequestLedger
+
+    spec = _bag("spec", speculative_algorithm="UNO", speculative_eagle_topk=topk)
+    disagg = _bag("disagg", disaggregation_mode="null")
+    monkeypatch.setattr(runtime_context, "get_spec", lambda: spec)
+    monkeypatch.setattr(runtime_context, "get_disagg", lambda: disagg)
+    unsupported = modes.process_unsupported_mode()
+    assert unsupported == ("unsupported:uno_linear" if linear else None)
+    why = modes.why_unsupported("UNO", None, topk)
+    assert (why is not None and "--speculative-eagle-topk" in why and "linear UNO" in why) is linear
+    uno = SpeculativeAlgorithm.UNO
+    greedy = type("P", (), {"top_k": 1, "temperature": 0.0})()
+    sampled = type("P", (), {"top_k": -1, "temperature": 0.8})()
+    for budget in (0.0, 8.0):
+        choice = RequestASD(budget, ASDConfig())
+        reason = _reason(choice, sampled, True, unsupported, uno)
+        assert reason == ("unsupported:uno_linear" if linear else "sampling")
+        receipt = RequestLedger(choice=choice, reason=reason, sampled=True).receipt()
+        assert receipt["applied"] is False and receipt["reason"] == reason
+    assert _reason(RequestASD(8.0, ASDConfig()), greedy, True, unsupported, uno) == unsupported
+
+
+def test_linear_uno_is_refused_at_start_when_asd_is_asked_for(tmp_path):
+    r = _run(["--model-path", str(tmp_path), "--speculative-algorithm", "UNO", "--asd-default-budget", "8"])
+    assert r.returncode == 2 and "linear UNO accepts in its own worker" in r.stderr and "Traceback" not in r.stderr
+    r = _run(["--model-path", str(tmp_path), "--speculative-algorithm", "UNO", "--speculative-eagle-topk", "4",
+              "--asd-default-budget", "8"])
+    assert "linear UNO" not in r.stderr

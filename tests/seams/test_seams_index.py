@@ -31,7 +31,7 @@ def _cpu_hooks():
 
 def _sampling_hooks():
     """The sampling branch's hook: registered where the platform has SGLang's sampling kernel (not on
-    CPU, unless SGLANG_ASD_CPU_SAMPLING=on serves one), so listed here whatever this host is."""
+    CPU, unless the CPU sampling verify serves one: SGLANG_ASD_CPU_SAMPLING), so listed here whatever this host is."""
     from sglang_asd.sglang_seams.scheduler import eagle_sample
 
     return [] if eagle_sample.sampling_hooks() else [(eagle_sample.TREE_SAMPLING, eagle_sample.tree_sampling_around)]

@@ -5,7 +5,8 @@ Seam modules (each declares its hooks in ``SEAMS``): the linear-layer, LM-head a
 paths (``cpu_paths``), the PD mooncake sender (``pd_transfer``), how SGLang starts its children
 (``start_method``), DSPARK and DFLASH on CPU (``block_drafters``). Three interventions are not
 HookRegistry hooks: the platform fact that keeps the ``intel_amx`` attention backend
-(``platform.apply``), SGLang's speculative sampling verify on CPU (``sampling``) and the block
+(``platform.apply``), SGLang's speculative sampling verify on CPU (``sampling``, on unless
+``SGLANG_ASD_CPU_SAMPLING=off``) and the block
 drafters' sampling accept (``chain_sampling``), module attributes set where SGLang reads them. Their environment switches are
 read in ``sglang_asd.cpu_backend.env``.
 
@@ -24,7 +25,7 @@ __all__ = ["HookNotInstalled", "install_cpu_path_hooks", "install_cpu_sampling",
 
 
 def install_cpu_sampling() -> bool:
-    """Launcher and scheduler with ``SGLANG_ASD_CPU_SAMPLING=on``: SGLang's speculative sampling
+    """Launcher and scheduler unless ``SGLANG_ASD_CPU_SAMPLING=off``: SGLang's speculative sampling
     verify served on CPU (``sampling.py``), applied and checked; returns whether it is on. In a
     scheduler it must precede the choice of the ASD scheduler hooks: ``eagle_sample`` wraps the
     sampling kernel only where the platform has one. A forked child inherits the launcher's; a bad
@@ -35,7 +36,7 @@ def install_cpu_sampling() -> bool:
         return False
     sampling.apply()
     if missing := sampling.missing():
-        raise HookNotInstalled("sglang_asd: SGLANG_ASD_CPU_SAMPLING=on, but SGLang's CPU sampling verify is not in "
+        raise HookNotInstalled("sglang_asd: SGLANG_ASD_CPU_SAMPLING is on, but SGLang's CPU sampling verify is not in "
                                "place, refusing to serve (sampled requests would verify greedily): " + ", ".join(missing))
     return True
 

@@ -21,9 +21,10 @@ What runs, chosen to match what SGLang's CPU path does for EAGLE (``sampling.py`
   a GPU. DSPARK's name is bound to :func:`chain_speculative_sampling`, the arithmetic of SGLang's
   ``speculative_sampling_classic_kernel`` in torch: per draft token the rejection test
   ``coin * q < p`` (q a probability), the residual ``max(p - q, 0)`` (or ``p`` when every draft was
-  accepted) sampled by inverse CDF with the final coin, and ``block_verification``
-  (``--speculative-use-block-verification``, Algorithm 2 of arXiv 2403.10444) with its prefix
-  probabilities and residual masses. Checked against a plain per-row reference on seeded cases and
+  accepted) sampled by inverse CDF with the final coin, and ``block_verification`` (Algorithm 2
+  of arXiv 2403.10444) with its prefix probabilities and residual masses, so the binding keeps the
+  kernel's whole signature (SGLang 0.5.23 refuses ``--speculative-use-block-verification`` on CPU
+  at start-up: "only supports CUDA or ROCm"). Checked against a plain per-row reference on seeded cases and
   for exactness (the output token's distribution is the target's) in
   ``tests/cpu_backend/test_chain_sampling.py``; it cannot be compared with the Triton kernel here
   (no CPU driver). DFLASH's names get ``sampling.tree_speculative_sampling_target_only`` and True,
@@ -42,6 +43,14 @@ on a GPU too a seeded sampled request reproduces only on a server with the same 
 Receipts: a sampled request on DSPARK or DFLASH still says ``"applied": false, "reason":
 "sampling"`` (``sglang_seams/scheduler/scheduler.py``): ASD's block-drafter seams decide greedy rows
 only, so its rows are served by SGLang's accept alone, budget or not.
+
+Step order: both functions run where SGLang's kernel runs, inside the verify step after the target
+forward, and read only their arguments (no ledger, no host sync: the writes are scatters, without
+boolean masks; the loops run over the S draft positions, never over requests). SGLang runs DSPARK
+and DFLASH with its overlap scheduler on CPU, where batch N+1 is scheduled before batch N's results
+are processed; that lag is SGLang's own and the accept's outputs feed the same ``build_accept_outs``
+/ ``_commit_accept`` as its kernel's would. A CPU has no streams, CUDA graphs or TP here; on a GPU
+install the seam is never applied.
 
 Kind: module attribute assignments (``BINDINGS``), not HookRegistry hooks: the DFLASH names are None
 and a bool on CPU, and HookRegistry's propagation would rebind every module attribute that is None.

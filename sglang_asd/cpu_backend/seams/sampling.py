@@ -36,7 +36,11 @@ budget 0 is stock SGLang's sampling token for token (same ``sampling_seed``) and
   client that sends the same ``rid`` twice without a seed draws the same coins twice. Cost: one
   hash per request and one ``[bs]`` int64 tensor where SGLang builds a batch's sampling info (a new
   prefill batch; decode steps filter and merge the tensor, as SGLang's seeded path does): no
-  per-step work, no device sync;
+  per-step work, no device sync. Overlap scheduler: the tensor is made on the scheduler thread with
+  the batch, before its first forward is launched, and lives in that batch's ``SamplingBatchInfo``,
+  so a step in flight (one step behind) reads the seeds of the batch it was launched with;
+- ``top_k_top_p_min_p_sampling_from_probs_torch`` (SGLang's torch sampler): min-p applied before
+  it where a batch has seeds, which SGLang's own asserts against (every request has one here);
 - ``murmur_hash32``: the arithmetic of SGLang's Triton kernel in int64 torch (not compared with it
   here: Triton has no CPU driver; ASD and stock servers use this one).
 
@@ -79,7 +83,9 @@ BINDINGS = (
     (EAGLE_UTILS, "top_p_renorm_prob"),
     ("sglang.kernels.ops.sampling.murmur_hash", "murmur_hash32"),
     ("sglang.srt.layers.sampler", "murmur_hash32"),
+    ("sglang.srt.layers.sampler", "top_k_top_p_min_p_sampling_from_probs_torch"),
 )
+SEEDED_SAMPLER = "top_k_top_p_min_p_sampling_from_probs_torch"
 # SGLang's originals of the two functions this seam wraps (set by ``apply``, per process).
 _ORIGINAL: dict = {}
 
@@ -162,6 +168,23 @@ def murmur_hash32(seed, positions, col_indices):
     return h ^ (h >> 16)
 
 
+def top_k_top_p_min_p_sampling_from_probs_torch(probs, top_ks, top_ps, min_ps, need_min_p_sampling, sampling_seed,
+                                                 positions, **kwargs):
+    """SGLang's torch sampler (``srt/layers/sampler.py``, CPU's sampling backend), which asserts when a
+    batch needs min-p and has seeds; ``from_schedule_batch`` gives every request a seed, so without
+    this a ``min_p`` request would take the scheduler down. Here min-p is applied first (each row's
+    probabilities below min_p times its largest set to 0: the cut SGLang makes after top-k and top-p,
+    which keep the largest entries and their prefix sums, so the order does not matter), then
+    SGLang's sampler runs without it. Its seeded draw is a Gumbel-max over log weights
+    (``multinomial_with_seed``): zeroed entries need no renormalisation, as after top-k / top-p."""
+    if need_min_p_sampling and sampling_seed is not None:
+        probs = torch.where(probs < probs.amax(dim=-1, keepdim=True) * min_ps.to(probs.dtype)[:, None],
+                            torch.zeros_like(probs), probs)
+        need_min_p_sampling = False
+    return _ORIGINAL[SEEDED_SAMPLER](probs, top_ks, top_ps, min_ps, need_min_p_sampling, sampling_seed, positions,
+                                     **kwargs)
+
+
 def verify_uses_greedy(*, is_cpu, **kwargs) -> bool:
     """SGLang's ``_verify_uses_greedy`` as on a GPU: ``is_cpu`` read as False (the rest unchanged:
     an all-greedy batch still verifies greedily)."""
@@ -199,7 +222,7 @@ def from_schedule_batch(cls, batch, vocab_size: int):
 _OURS = {"_verify_uses_greedy": verify_uses_greedy, FROM_SCHEDULE_BATCH: from_schedule_batch,
          "tree_speculative_sampling_target_only": tree_speculative_sampling_target_only,
          "top_k_renorm_prob": top_k_renorm_prob, "top_p_renorm_prob": top_p_renorm_prob,
-         "murmur_hash32": murmur_hash32}
+         "murmur_hash32": murmur_hash32, SEEDED_SAMPLER: top_k_top_p_min_p_sampling_from_probs_torch}
 
 
 def binding(module_name: str, name: str) -> tuple:
@@ -225,7 +248,7 @@ def apply() -> None:
         current = _current(owner, attr)
         if _holds(current, _OURS[name]):
             continue
-        if name in ("_verify_uses_greedy", FROM_SCHEDULE_BATCH):
+        if name in ("_verify_uses_greedy", FROM_SCHEDULE_BATCH, SEEDED_SAMPLER):
             _ORIGINAL[name] = current
         is_classmethod = isinstance(inspect.getattr_static(owner, attr), classmethod)
         setattr(owner, attr, classmethod(_OURS[name]) if is_classmethod else _OURS[name])

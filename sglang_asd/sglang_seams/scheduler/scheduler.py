@@ -74,7 +74,8 @@ def _reason(choice: RequestASD, sampling_params, spec_enabled: bool, unsupported
     if unsupported is not None:
         return unsupported
     if _is_sampled(sampling_params):  # where the sampled rule cannot run, say so first (even at budget 0)
-        if spec_algorithm is not None and (spec_algorithm.is_dspark() or spec_algorithm.is_dflash_family()):
+        if spec_algorithm is not None and (spec_algorithm.is_dspark() or spec_algorithm.is_dflash_family()
+                                           or spec_algorithm.is_uno()):
             return REASON_SAMPLING
         reason = sampling_reason()
         if reason is not None:
@@ -92,7 +93,11 @@ def sampling_reason() -> Optional[str]:
     ``_verify_uses_greedy`` is False for a sampled batch (not on CPU, where SGLang commits argmax,
     unless ``SGLANG_ASD_CPU_SAMPLING=on`` serves it), without rejection sampling (a different sampler, not hooked),
     and the sampled rule's bound holds only at SGLang's default thresholds 1 / 1. DSPARK and DFLASH
-    verify in their own accept, which has no sampled seam."""
+    verify in their own accept, which has no sampled seam, and UNO's sampled requests get the same
+    reason (``_reason``): tree UNO samples a batch without a ``sampling_seed`` whose top-k are all
+    <= 128 (CUDA, no min-p) with its sparse sampler (``sample_uno_tree_target_tokens``, then the
+    greedy walk), never calling the hooked kernel, and which batches do depends on the other
+    requests in them, so no UNO sampled row is relaxed; linear UNO is refused (``modes.py``)."""
     runtime = get_runtime()
     if runtime.sampling_reason is None:
         runtime.sampling_reason = _sampling_reason() or ""
