@@ -38,8 +38,7 @@ def main(argv: list[str] | None = None) -> None:
             print(f"sglang_asd.stock_server: error: {e}", file=sys.stderr)
             raise SystemExit(2)
         argv = cpu_defaults(argv)
-        from sglang_asd.cpu_backend.seams import platform
-        from sglang_asd.sglang_seams import install_launcher_cpu_hooks
+        from sglang_asd.cpu_backend.seams import install_launcher_cpu_hooks, platform
 
         platform.apply()
         install_launcher_cpu_hooks()

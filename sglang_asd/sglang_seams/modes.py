@@ -1,8 +1,9 @@
 """Serving modes in which ASD cannot run, and how they are refused.
 
-ASD decides in the verify step (``eagle_sample.py`` for the EAGLE family, STANDALONE and NGRAM;
-``dspark_accept.py`` and ``dflash_accept.py`` for the block drafters) and reads its ledger through
-the request-pool slot hooks on ``ReqToTokenPool`` (``req_to_token_pool.py``). A mode that bypasses
+ASD decides in the verify step (``step/verify_step.py``, called by ``scheduler/eagle_sample.py`` for
+the EAGLE family, STANDALONE and NGRAM, and by ``dspark_accept.py`` and ``dflash_accept.py`` for the
+block drafters) and reads its ledger through the request-pool slot hooks on ``ReqToTokenPool``
+(``req_to_token_pool.py``). A mode that bypasses
 either would serve every request strictly while receipts claimed otherwise, so it is refused:
 - at start-up, when ``--asd-*`` flags ask for ASD (``sglang_asd.launch_server`` exits with one line);
 - in every receipt otherwise (``applied: false``, ``reason: "unsupported:<mode>"``), e.g. a stock
@@ -32,7 +33,6 @@ from __future__ import annotations
 
 from typing import Optional
 
-UNSUPPORTED_ALGORITHMS: dict[str, str] = {}  # algorithm -> why ASD cannot run with it (none in 0.5.23)
 # algorithm -> why ASD cannot run with it when its --speculative-eagle-topk is 1 (unset: 1)
 UNSUPPORTED_CHAINS = {
     "UNO": "linear UNO accepts in its own worker, outside SGLang's verify step (tree UNO, "
@@ -52,8 +52,6 @@ def unsupported_mode(speculative_algorithm: Optional[str], disaggregation_mode: 
                      eagle_topk=None) -> Optional[str]:
     """``"unsupported:<mode>"`` if ASD cannot run in this mode, else None."""
     algorithm = (speculative_algorithm or "").upper()
-    if algorithm in UNSUPPORTED_ALGORITHMS:
-        return f"unsupported:{algorithm.lower()}"
     if algorithm in UNSUPPORTED_CHAINS and _chain(eagle_topk):
         return f"unsupported:{algorithm.lower()}_linear"
     if (disaggregation_mode or "null") in UNSUPPORTED_DISAGGREGATION:
@@ -76,8 +74,6 @@ def why_unsupported(speculative_algorithm: Optional[str], disaggregation_mode: O
                     eagle_topk=None) -> Optional[str]:
     """A one-line explanation for the start-up refusal, or None if the mode is supported."""
     algorithm = (speculative_algorithm or "").upper()
-    if algorithm in UNSUPPORTED_ALGORITHMS:
-        return f"ASD cannot run with --speculative-algorithm {algorithm}: {UNSUPPORTED_ALGORITHMS[algorithm]}"
     if algorithm in UNSUPPORTED_CHAINS and _chain(eagle_topk):
         return (f"ASD cannot run with --speculative-algorithm {algorithm} and --speculative-eagle-topk "
                 f"{eagle_topk or 1}: {UNSUPPORTED_CHAINS[algorithm]}")

@@ -44,8 +44,8 @@ def prepare_process() -> bool:
 def run_scheduler_process(asd_settings, *args, **kwargs):
     """Scheduler process entry: bootstrap, install + verify the ASD hooks, then SGLang's own entry."""
     prepare_process()
+    from sglang_asd.hooks.arguments import SeamSignatureMismatch
     from sglang_asd.sglang_seams import HookNotInstalled, install_scheduler_hooks
-    from sglang_asd.sglang_seams.scheduler.arguments import SeamSignatureMismatch
 
     try:
         install_scheduler_hooks(asd_settings)
@@ -62,7 +62,7 @@ def run_stock_scheduler_process(*args, **kwargs):
     """Scheduler entry for ``sglang_asd.stock_server``: the CPU bootstrap, the CPU sampling verify
     (unless ``SGLANG_ASD_CPU_SAMPLING=off``) and the CPU-path fixes only."""
     prepare_process()
-    from sglang_asd.sglang_seams import HookNotInstalled, install_cpu_path_hooks, install_cpu_sampling
+    from sglang_asd.cpu_backend.seams import HookNotInstalled, install_cpu_path_hooks, install_cpu_sampling
 
     try:
         install_cpu_sampling()

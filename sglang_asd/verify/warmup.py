@@ -10,7 +10,7 @@ configuration, and ``warmup`` launches each once before serving.
 The variants themselves (what creates one, why the enumeration is complete) are modelled in
 ``variants.py``; this module only launches them: the greedy kernels' and the sampled kernels'
 (``warmup_sampled``, called by ``warmup``, so the scheduler seam warms both). ``key_of_call`` and
-``verify_shapes`` are re-exported for the scheduler seam (``sglang_seams/scheduler/verify_warmup.py``).
+``verify_shapes`` are re-exported for the scheduler seam (``sglang_seams/step/warmup.py``).
 """
 
 from __future__ import annotations

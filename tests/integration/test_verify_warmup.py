@@ -1,4 +1,4 @@
-"""The start-up warm-up lists exactly the verify variants serving launches (``sglang_seams/scheduler/verify_warmup.py``).
+"""The start-up warm-up lists exactly the verify variants serving launches (``sglang_seams/step/warmup.py``).
 
 On CPU nothing compiles, but the scheduler keeps the list it would warm on CUDA and checks every
 verify call against it; a variant met while serving that is not on the list is a WARNING line.
@@ -10,7 +10,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from sglang_asd.sglang_seams.scheduler.verify_warmup import server_verify_shapes
+from sglang_asd.sglang_seams.step.warmup import server_verify_shapes
 
 
 def test_shapes_cover_adaptive_candidate_steps_and_ngram():

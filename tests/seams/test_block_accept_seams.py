@@ -14,7 +14,7 @@ import torch
 from sglang_asd.policy import ASDConfig
 from sglang_asd.server_settings import ASDServerSettings
 from sglang_asd.sglang_seams.scheduler import dflash_accept, dspark_accept
-from sglang_asd.sglang_seams.scheduler.verify_round import chain_links
+from sglang_asd.sglang_seams.step.verify_step import chain_links
 from sglang_asd.sglang_seams.state import runtime
 from sglang_asd.sglang_seams.state.ledger_table import ASDLedgerTable
 from sglang_asd.sglang_seams.state.request_ledger import RequestASD, RequestLedger
@@ -29,7 +29,7 @@ K = W - 1
 
 @pytest.fixture
 def step(monkeypatch):
-    from sglang_asd.sglang_seams import _resolve
+    from sglang_asd.hooks.registry import resolve as _resolve
 
     monkeypatch.setattr(runtime, "_RUNTIME", None)
     runtime.set_runtime(ASDServerSettings())

@@ -113,7 +113,7 @@ def _dflash(rank):
 
 def _own_decision(candidates, logits):
     """This rank's ASD decision without any broadcast."""
-    from sglang_asd.sglang_seams.scheduler.verify_round import chain_links
+    from sglang_asd.sglang_seams.step.verify_step import chain_links
     from sglang_asd.verify import asd_verify
 
     nxt, sib = chain_links(BS, W, "cpu")
@@ -127,7 +127,7 @@ def _rank(rank: int) -> dict:
 
     prepare_process()
     from sglang_asd.server_settings import ASDServerSettings
-    from sglang_asd.sglang_seams import _resolve
+    from sglang_asd.hooks.registry import resolve as _resolve
     from sglang_asd.sglang_seams.scheduler import dflash_accept, dspark_accept
     from sglang_asd.sglang_seams.state.runtime import set_runtime
 

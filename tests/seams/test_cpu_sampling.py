@@ -15,7 +15,8 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from sglang_asd import cpu_backend, sglang_seams
+from sglang_asd import cpu_backend
+from sglang_asd.cpu_backend import seams as cpu_seams
 from sglang_asd.cpu_backend import env
 from sglang_asd.cpu_backend.seams import sampling
 
@@ -62,7 +63,7 @@ def test_nothing_is_patched_unless_the_stand_in_serves_with_the_switch_on(restor
     restored.setattr(cpu_backend, "is_installed", lambda: stand_in)
     restored.setenv(env.CPU_SAMPLING_ENV, switch)
     before = _bindings()
-    assert sglang_seams.install_cpu_sampling() is False
+    assert cpu_seams.install_cpu_sampling() is False
     assert _bindings() == before
     assert eagle_utils._verify_uses_greedy.__module__ == eagle_utils.__name__  # SGLang's own
     assert eagle_utils._verify_uses_greedy(is_all_greedy=False, is_cpu=True, is_hip=False, is_xpu=False,
@@ -78,8 +79,8 @@ def test_on_sets_every_binding_and_serves_the_sampling_branch(restored):
 
     restored.setattr(cpu_backend, "is_installed", lambda: True)
     restored.setenv(env.CPU_SAMPLING_ENV, "on")
-    assert sglang_seams.install_cpu_sampling() is True
-    assert sglang_seams.install_cpu_sampling() is True  # idempotent: a forked child applies it again
+    assert cpu_seams.install_cpu_sampling() is True
+    assert cpu_seams.install_cpu_sampling() is True  # idempotent: a forked child applies it again
     assert sampling.missing() == []
     assert eagle_utils._verify_uses_greedy is sampling.verify_uses_greedy
     flags = dict(is_cpu=True, is_hip=False, is_xpu=False, use_rejection_sampling=False)
@@ -119,7 +120,7 @@ def sampling_info(restored):
     settings = SimpleNamespace(deterministic=SimpleNamespace(enable_deterministic_inference=False),
                                features=SimpleNamespace(enable_custom_logit_processor=False, enable_watermark=False))
     restored.setattr(sampling_batch_info, "get_exec", lambda: settings)
-    sglang_seams.install_cpu_sampling()
+    cpu_seams.install_cpu_sampling()
     return sampling_batch_info.SamplingBatchInfo, settings
 
 
@@ -156,7 +157,7 @@ def test_a_hookregistry_wrapper_around_the_kernel_still_counts_and_a_lost_bindin
 
     restored.setattr(cpu_backend, "is_installed", lambda: True)
     restored.setenv(env.CPU_SAMPLING_ENV, "on")
-    sglang_seams.install_cpu_sampling()
+    cpu_seams.install_cpu_sampling()
     kernel = eagle_utils.tree_speculative_sampling_target_only
 
     @functools.wraps(kernel)  # what HookRegistry's AROUND wrapper is (eagle_sample's hook on an ASD server)
@@ -168,8 +169,8 @@ def test_a_hookregistry_wrapper_around_the_kernel_still_counts_and_a_lost_bindin
     restored.setattr(eagle_utils, "top_p_renorm_prob", None)
     assert sampling.missing() == [f"{sampling.EAGLE_UTILS}.top_p_renorm_prob"]
     restored.setattr(sampling, "apply", lambda: None)  # a binding that does not take
-    with pytest.raises(sglang_seams.HookNotInstalled, match="top_p_renorm_prob"):
-        sglang_seams.install_cpu_sampling()
+    with pytest.raises(cpu_seams.HookNotInstalled, match="top_p_renorm_prob"):
+        cpu_seams.install_cpu_sampling()
 
 
 def test_top_k_and_top_p_renorm_against_a_loop():

@@ -7,7 +7,8 @@ import inspect
 import pytest
 import torch
 
-from sglang_asd import cpu_backend, sglang_seams
+from sglang_asd import cpu_backend
+from sglang_asd.cpu_backend import seams as cpu_seams
 from sglang_asd.cpu_backend import env
 from sglang_asd.cpu_backend.seams import sampling
 
@@ -21,7 +22,7 @@ def seam(monkeypatch):
     monkeypatch.setattr(sampling, "_ORIGINAL", {})
     monkeypatch.setattr(cpu_backend, "is_installed", lambda: True)
     monkeypatch.setenv(env.CPU_SAMPLING_ENV, "on")
-    assert sglang_seams.install_cpu_sampling() is True
+    assert cpu_seams.install_cpu_sampling() is True
     from sglang.srt.layers import sampler
 
     assert sampler.top_k_top_p_min_p_sampling_from_probs_torch is sampling.top_k_top_p_min_p_sampling_from_probs_torch

@@ -14,6 +14,7 @@ from sglang_asd.sglang_seams.state.request_ledger import RequestASD, RequestLedg
 from sglang_asd.policy import ASDConfig
 from sglang_asd.server_settings import ASDServerSettings
 from sglang_asd.sglang_seams.scheduler import eagle_sample as seam
+from sglang_asd.sglang_seams.step import verify_step
 from sglang_asd.sglang_seams.state import runtime
 from sglang_asd.sglang_seams.state.round_output import ASDRoundOutput
 from sglang_asd.sglang_seams.state.ledger_table import ASDLedgerTable
@@ -54,7 +55,7 @@ def _sampling_eagle_sample(verify_input, batch, logits_output, grammar_mask=None
 
 @pytest.fixture
 def step(monkeypatch):
-    from sglang_asd.sglang_seams import _resolve
+    from sglang_asd.hooks.registry import resolve as _resolve
 
     monkeypatch.setattr(runtime, "_RUNTIME", None)
     runtime.set_runtime(ASDServerSettings())
@@ -162,8 +163,8 @@ def test_a_batch_with_a_margin_row_takes_the_torch_verifier_on_cuda(step, monkey
     """The kernel choice reads the ledger table's host view (no sync): asd and local rows may take
     the Triton kernel, a batch with a margin or threshold row takes the torch verifier."""
     calls = []
-    real = seam.asd_verify
-    monkeypatch.setattr(seam, "asd_verify", lambda *a, **k: calls.append(k["rules_present"]) or real(*a, **k))
+    real = verify_step.asd_verify
+    monkeypatch.setattr(verify_step, "asd_verify", lambda *a, **k: calls.append(k["rules_present"]) or real(*a, **k))
     seam.eagle_sample_around(_greedy_eagle_sample, step.verify_input, step.batch, step.logits_output)
     _admit_rules(step, ["asd", "margin"])
     seam.eagle_sample_around(_greedy_eagle_sample, step.verify_input, step.batch, step.logits_output)
@@ -179,12 +180,12 @@ def test_ngram_rows_gate_on_their_tree_depth(step):
     for ngram in (False, True):
         step.batch.spec_algorithm = SimpleNamespace(is_ngram=lambda ngram=ngram: ngram)
         seen = []
-        real = seam.asd_verify
-        seam.asd_verify = lambda *a, **k: seen.append(k["tree_depth_gate"]) or real(*a, **k)
+        real = verify_step.asd_verify
+        verify_step.asd_verify = lambda *a, **k: seen.append(k["tree_depth_gate"]) or real(*a, **k)
         try:
             seam.eagle_sample_around(_greedy_eagle_sample, step.verify_input, step.batch, step.logits_output)
         finally:
-            seam.asd_verify = real
+            verify_step.asd_verify = real
         assert seen == [ngram]
 
 
@@ -194,7 +195,7 @@ def test_a_kernel_variant_is_checked_once_per_call_shape(step, monkeypatch, capl
     warm-up listed it, WARNING if not (the lines tests/integration/test_verify_warmup.py reads)."""
     import logging
 
-    from sglang_asd.sglang_seams.scheduler import verify_warmup
+    from sglang_asd.sglang_seams.step import warmup as verify_warmup
     from sglang_asd.verify.warmup import key_of_call
 
     monkeypatch.setattr(verify_warmup, "_CHECKED_SHAPES", set())
@@ -219,8 +220,8 @@ def test_a_renamed_sglang_parameter_stops_the_start():
     might do) is refused, naming it, instead of being misbound silently."""
     import inspect
 
-    from sglang_asd.sglang_seams import _resolve
-    from sglang_asd.sglang_seams.scheduler.arguments import SeamSignatureMismatch
+    from sglang_asd.hooks.registry import resolve as _resolve
+    from sglang_asd.hooks.arguments import SeamSignatureMismatch
 
     real_sample, real_verify = _resolve(seam.EAGLE_SAMPLE), _resolve(seam.VERIFY_TREE_GREEDY)
     seam.check_signatures(real_sample, real_verify)

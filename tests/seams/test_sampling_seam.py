@@ -14,6 +14,7 @@ from sglang_asd.policy import ASDConfig
 from sglang_asd.policy.sampled import SampledConfig
 from sglang_asd.server_settings import ASDServerSettings
 from sglang_asd.sglang_seams.scheduler import eagle_sample as seam
+from sglang_asd.sglang_seams.step import verify_step
 from sglang_asd.sglang_seams.state import runtime
 from sglang_asd.sglang_seams.state.ledger_table import ASDLedgerTable
 from sglang_asd.sglang_seams.state.request_ledger import RequestASD, RequestLedger
@@ -55,7 +56,7 @@ def _sampling_eagle_sample(verify_input, batch, logits_output, grammar_mask=None
 def step(monkeypatch):
     from sglang.kernels.ops.speculative import sampling
 
-    from sglang_asd.sglang_seams import _resolve
+    from sglang_asd.hooks.registry import resolve as _resolve
 
     monkeypatch.setattr(runtime, "_RUNTIME", None)
     monkeypatch.setattr(seam, "_sampling_group", lambda: None)  # one rank
@@ -159,7 +160,7 @@ def test_the_sampling_branch_never_syncs_with_the_host(step, monkeypatch):
 def test_without_a_sampled_row_the_kernel_result_is_untouched(step, monkeypatch):
     step.table.release(list(SAMPLED))
     called = []
-    monkeypatch.setattr(seam, "asd_sampled_verify", lambda *a, **k: called.append(1))
+    monkeypatch.setattr(verify_step, "asd_sampled_verify", lambda *a, **k: called.append(1))
     seam.eagle_sample_around(_sampling_eagle_sample, step.verify_input, step.batch, step.logits_output)
     assert not called and step.logits_output.auxiliary_device_output.sampled_active is None
 
@@ -174,7 +175,7 @@ def test_rank_zeros_receipts_are_every_ranks(step, monkeypatch):
         return type(out)(**{f: torch.zeros_like(getattr(out, f)) if f == "spent" else getattr(out, f)
                             for f in out.__dataclass_fields__})
 
-    monkeypatch.setattr(seam, "rank_consistent", rank0)
+    monkeypatch.setattr(verify_step, "rank_consistent", rank0)
     monkeypatch.setattr(seam, "_sampling_group", lambda: "group")
     monkeypatch.setattr(seam, "_broadcast_group", lambda: None)
     seam.eagle_sample_around(_sampling_eagle_sample, step.verify_input, step.batch, step.logits_output)

@@ -96,7 +96,7 @@ def _rank(rank: int) -> dict:
     from sglang.kernels.ops.speculative import sampling
 
     from sglang_asd.server_settings import ASDServerSettings
-    from sglang_asd.sglang_seams import _resolve
+    from sglang_asd.hooks.registry import resolve as _resolve
     from sglang_asd.sglang_seams.scheduler import eagle_sample as seam
     from sglang_asd.sglang_seams.state.runtime import set_runtime
 

@@ -75,3 +75,23 @@ def test_the_standalone_fix_hooks_are_opt_in():
     assert {t for t, m in _rows().items() if "--asd-standalone-draft-fix" in m.group(2)} == (
         set(_registered()) - default - {t for t, _ in _cpu_hooks()} - {t for t, _ in _sampling_hooks()}
         - {t for t in _rows() if "frontend" in _rows()[t].group(2)})
+
+
+def _modules(package):
+    import pkgutil
+
+    return [importlib.import_module(f"{package.__name__}.{m.name}") for m in pkgutil.iter_modules(package.__path__)]
+
+
+def test_hook_modules_declare_their_seams_and_helpers_hook_nothing():
+    """The installers read each hook module's ``SEAMS`` (no list of hooks kept elsewhere): every module
+    of a hook package declares them, and the helper packages (the verify step, the ledgers) hook nothing."""
+    from sglang_asd.cpu_backend import seams as cpu_seams
+    from sglang_asd.sglang_seams import frontend, scheduler, state, step
+
+    for module in _modules(frontend) + _modules(scheduler):
+        assert getattr(module, "SEAMS", None), f"{module.__name__} declares no SEAMS"
+    for module in _modules(cpu_seams):
+        assert hasattr(module, "SEAMS") == (hasattr(module, "hooks") or hasattr(module, "scheduler_hooks")), module
+    for module in _modules(step) + _modules(state):
+        assert not hasattr(module, "SEAMS") and not hasattr(module, "hooks"), f"{module.__name__} is a helper"

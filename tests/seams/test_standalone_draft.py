@@ -89,8 +89,8 @@ def test_prepare_for_draft_reads_sglangs_arguments_by_name_bound_at_install():
     """SGLang passes ``prepare_for_draft``'s arguments by position and ``target_translator`` (keyword
     only) by keyword; the hook reads them by the positions SGLang 0.5.23's signature gives them,
     taken once at install, and an EAGLE draft's call passes through untouched."""
-    from sglang_asd.sglang_seams import _resolve
-    from sglang_asd.sglang_seams.scheduler.arguments import NamedArguments
+    from sglang_asd.hooks.registry import resolve as _resolve
+    from sglang_asd.hooks.arguments import NamedArguments
 
     standalone_draft.check_signatures(_resolve(standalone_draft.PREPARE_FOR_DRAFT))
     a = standalone_draft.PREPARE_FOR_DRAFT_ARGS

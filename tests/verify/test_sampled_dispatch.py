@@ -20,9 +20,9 @@ def call(rnd):
 
 
 def test_the_seam_calls_the_dispatcher():
-    from sglang_asd.sglang_seams.scheduler import eagle_sample  # imports SGLang
+    from sglang_asd.sglang_seams.step import verify_step  # imports SGLang
 
-    assert eagle_sample.asd_sampled_verify is dispatch.asd_sampled_verify
+    assert verify_step.asd_sampled_verify is dispatch.asd_sampled_verify
 
 
 def test_cpu_probabilities_run_the_torch_verifier_and_never_ask_for_triton(monkeypatch):

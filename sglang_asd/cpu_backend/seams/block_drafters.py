@@ -3,7 +3,7 @@
 Stock SGLang 0.5.23 refuses both on CPU and, past the refusal, reaches CUDA-only code. Nothing here
 changes what a drafter proposes or how the target verifies it: the draft and the verify run SGLang's
 own code, on the stand-in's plain-torch ``intel_amx`` attention. Installed in ASD and stock servers
-alike (``sglang_seams.install_launcher_cpu_hooks`` / ``install_cpu_path_hooks``), never on a GPU
+alike (``cpu_backend.seams.install_launcher_cpu_hooks`` / ``install_cpu_path_hooks``), never on a GPU
 install (``launcher_hooks()`` and ``scheduler_hooks()`` are empty unless ``sglang_asd.cpu_backend`` is
 active). Tested on: sglang 0.5.23.
 
@@ -72,6 +72,8 @@ from __future__ import annotations
 
 import contextlib
 import logging
+
+from sglang_asd.hooks.registry import Seam
 
 logger = logging.getLogger(__name__)
 
@@ -170,3 +172,6 @@ def scheduler_hooks() -> list:
     return [(DFLASH_VERIFY_INIT, dflash_verify_init_around), (RECORD_STREAM, record_stream_around),
             (EXTEND_KWARGS, extend_forward_kwargs_around)]
 
+
+SEAMS = (Seam("launcher", launcher_hooks, preload=(SPEC_HOOK,), owned=True),
+         Seam("scheduler", scheduler_hooks, preload=SCHEDULER_PRELOAD, owned=True))

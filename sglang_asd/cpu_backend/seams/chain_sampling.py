@@ -55,7 +55,7 @@ install the seam is never applied.
 Kind: module attribute assignments (``BINDINGS``), not HookRegistry hooks: the DFLASH names are None
 and a bool on CPU, and HookRegistry's propagation would rebind every module attribute that is None.
 ``apply`` is idempotent; ``missing`` lists a binding that is not this seam's value, and the
-scheduler refuses to serve then (``sglang_seams.install_cpu_path_hooks``).
+scheduler refuses to serve then (``cpu_backend.seams.install_cpu_path_hooks``).
 Process: scheduler (ASD and stock; every TP rank, though the stand-in has no TP). Never on a GPU
 install (``wanted`` requires the CPU stand-in).
 Upstream: none yet; ``AcceptSampling`` could route CPU tensors to a torch sampler, and DFLASH could

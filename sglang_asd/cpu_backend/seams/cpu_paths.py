@@ -58,6 +58,7 @@ from __future__ import annotations
 import logging
 
 from sglang_asd.cpu_backend.env import GEMM_ENV, gemm_mode
+from sglang_asd.hooks.registry import Seam
 
 logger = logging.getLogger(__name__)
 
@@ -188,3 +189,6 @@ def hooks() -> list:
     if not cpu_backend.is_installed():
         return []
     return [(GET_LAST_LOC, get_last_loc_around)] + (linear_hooks() if gemm_mode() == "fp32-accumulate" else [])
+
+
+SEAMS = (Seam("scheduler", hooks),)

@@ -20,6 +20,8 @@
 
 from __future__ import annotations
 
+from sglang_asd.hooks.registry import Seam
+
 MOONCAKE_SENDER_INIT = "sglang.srt.disaggregation.mooncake.conn.MooncakeKVSender.__init__"
 PRELOAD = ("sglang.srt.disaggregation.mooncake.conn",)
 
@@ -36,3 +38,6 @@ def hooks() -> list:
     if not cpu_backend.is_installed():
         return []
     return [(MOONCAKE_SENDER_INIT, mooncake_sender_init_around)]
+
+
+SEAMS = (Seam("scheduler", hooks, preload=PRELOAD),)

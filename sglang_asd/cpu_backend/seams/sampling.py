@@ -49,7 +49,7 @@ and HookRegistry's propagation would rebind every module attribute that is None;
 is set where SGLang reads it (``BINDINGS``), nowhere else. ``apply`` is idempotent (a forked child
 inherits the launcher's, a spawned one applies its own), and ``missing`` lists a binding that is not
 this module's function (or a HookRegistry wrapper around it), so the process refuses to serve
-(``sglang_seams.install_cpu_sampling``).
+(``cpu_backend.seams.install_cpu_sampling``).
 
 Processes: launcher and scheduler (ASD and stock servers alike; ``install_launcher_cpu_hooks``,
 ``install_scheduler_hooks``, ``run_stock_scheduler_process``). Not in SGLang's own ``sglang serve``

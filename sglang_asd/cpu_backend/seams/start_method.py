@@ -44,6 +44,7 @@ from __future__ import annotations
 import logging
 
 from sglang_asd.cpu_backend.env import START_METHOD_ENV, start_method
+from sglang_asd.hooks.registry import Seam
 
 logger = logging.getLogger(__name__)
 
@@ -67,3 +68,6 @@ def hooks() -> list:
     if not cpu_backend.is_installed() or start_method() == "spawn":
         return []
     return [(SET_ENVS_AND_CONFIG, set_envs_and_config_around)]
+
+
+SEAMS = (Seam("launcher", hooks, preload=("sglang.srt.entrypoints.engine",)),)

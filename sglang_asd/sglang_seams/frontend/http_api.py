@@ -46,6 +46,7 @@ import json
 import sys
 from typing import Any, Optional
 
+from sglang_asd.hooks.registry import Seam
 from sglang_asd.policy.config import shown
 from sglang_asd.sglang_seams.state.request_ledger import (
     BUDGET_KEY,
@@ -382,3 +383,4 @@ def hooks() -> list:
     ]
 
 
+SEAMS = (Seam("launcher", hooks, preload=PRELOAD),)

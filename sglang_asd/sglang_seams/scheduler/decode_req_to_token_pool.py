@@ -62,6 +62,7 @@
 
 from __future__ import annotations
 
+from sglang_asd.hooks.registry import Seam
 from sglang_asd.sglang_seams.scheduler import req_to_token_pool
 
 TARGETS = (
@@ -83,3 +84,6 @@ def free_around(original, self, req, *args, **kwargs):
 
 def hooks():
     return [(TARGETS[0], alloc_around), (TARGETS[1], free_around)]
+
+
+SEAMS = (Seam("scheduler", hooks),)

@@ -1,33 +1,26 @@
 """Seam: DFLASH's accept (``sglang.srt.speculative.dflash_worker_v2.DFlashWorkerV2._accept_block``).
 
-- Hook kind: AROUND on three methods of ``DFlashWorkerV2``, each calls the original.
-  - ``forward_batch_generation``: in a decode step, publishes the step
-    (``verify_round.BlockStep``), then attaches the round's output to the result's logits output.
+- Kind: AROUND on three methods of ``DFlashWorkerV2``, each calls the original. Process:
+  scheduler (every TP rank), in DFLASH's decode step.
+  - ``forward_batch_generation``: in a decode step, opens and publishes the ASD verify step
+    (``step/verify_step.py``, which holds the numbered step, its ordering under the overlap
+    scheduler and CUDA graphs, and TP; here with the group of SGLang's sync site
+    ``DFLASH_ACCEPT_GREEDY``), then attaches the round's receipts to the result's logits output.
   - ``_accept_block``: SGLang's ``(accept_len, commit_lens, bonus, out_tokens, new_seq_lens)``,
-    then the ASD rows' decision merged in (``verify_round.decide_chain``).
+    then ``verify_step.decide_chain`` on candidates ``[bs, B]`` = anchor + ``B - 1`` drafts and
+    the final logits, which charges the ledger. ASD rows take ASD's accepted length and bonus;
+    their committed block and lengths are rebuilt with SGLang's own ``_commit_accept`` (drafts
+    shifted left, the bonus at the boundary); ``new_seq_lens`` is returned as None, which makes
+    the step recompute it from the commit lengths (as whenever its Triton accept did not write it).
   - ``_can_skip_verify_logits``: False in a step that holds an ASD row. With TP and a deferred
     vocab gather, SGLang otherwise skips gathering the verify logits of an all-greedy batch and
     accepts from a sharded argmax; ASD needs the logits (regrets).
-- Process: scheduler (every TP rank), in the decode step of DFLASH.
-- Why: ASD replaces strict greedy acceptance for the rows of requests that carry a budget and
-  leaves every other row as SGLang computed it. ``_accept_block`` returns everything the rest of
-  the step reads the accept from (the sampling-mask capture, spec logprobs, the mamba commit,
-  ``on_publish``, the draft KV materialization of the committed positions, the next draft's
-  anchor, the result). The verify forward already wrote the target KV of the whole block.
-- How, one decode step: candidates ``[bs, B]`` = anchor + ``B - 1`` drafts (B = block size), the
-  final logits ``[bs*B, V]`` (penalties, logit bias and grammar mask applied in place before the
-  accept). ASD rows take ASD's accepted length and bonus; the committed block and its lengths are
-  rebuilt for them with SGLang's own ``_commit_accept`` (drafts shifted left, the bonus at the
-  boundary); ``new_seq_lens`` is returned as None, which makes the step recompute it from the
-  commit lengths (what SGLang does whenever its Triton accept did not write it).
-- There is no folded accept in DFLASH (its draft graph folds the draft head only).
-- Ordering (overlap scheduler, CUDA graphs): the accept runs eagerly after the verify forward on
-  the forward stream; the ledger is read (staged writes applied first) and charged there
-  (``state/ledger_table.py``, the DSPARK/DFLASH paragraph); ``on_publish(new_seq_lens)`` follows
-  the accept.
-- Tensor parallelism: SGLang broadcasts rank 0's argmax (sync site ``DFLASH_ACCEPT_GREEDY``), not its
-  decision. ASD broadcasts its whole decision from rank 0 over the same group
-  (``verify.tp.rank_consistent``), so every rank commits rank 0's tokens and charges its regret.
+- Why: ASD replaces strict greedy acceptance for the rows of requests that carry a budget.
+  ``_accept_block`` returns everything the rest of the step reads the accept from (the
+  sampling-mask capture, spec logprobs, the mamba commit, ``on_publish``, the draft KV of the
+  committed positions, the next draft's anchor). SGLang broadcasts rank 0's argmax, not its
+  decision: the step broadcasts ASD's whole decision from rank 0. There is no folded accept in
+  DFLASH (its draft graph folds the draft head only).
 - Upstream: none yet. An accept-policy hook in ``_accept_block`` would replace these.
 - Removal: when SGLang exposes an acceptance-policy extension point for block drafters.
 - Tested on: sglang 0.5.23 (CPU).
@@ -39,8 +32,9 @@ import functools
 
 import torch
 
-from sglang_asd.sglang_seams.scheduler.arguments import NamedArguments
-from sglang_asd.sglang_seams.scheduler.verify_round import current_step, decide_chain, run_step
+from sglang_asd.hooks.arguments import NamedArguments
+from sglang_asd.hooks.registry import Seam, resolve
+from sglang_asd.sglang_seams.step import verify_step
 
 _MODULE = "sglang.srt.speculative.dflash_worker_v2"
 _WORKER = f"{_MODULE}.DFlashWorkerV2"
@@ -62,16 +56,17 @@ def forward_batch_generation_around(original, *args, **kwargs):
     worker, batch = FORWARD_ARGS.of(args, kwargs)
     if batch.forward_mode.is_extend() or batch.is_extend_in_batch:
         return original(*args, **kwargs)
-    return run_step(original, args, kwargs, batch, worker._tp_sync, "DFLASH_ACCEPT_GREEDY")
+    group = verify_step.accept_group(worker._tp_sync, "DFLASH_ACCEPT_GREEDY")
+    return verify_step.run_block_step(original, args, kwargs, batch, group)
 
 
 def accept_block_around(original, *args, **kwargs):
     accept_len, commit_lens, bonus, out_tokens, new_seq_lens = original(*args, **kwargs)
-    step = current_step()
+    step = verify_step.current()
     candidates, logits = ACCEPT_ARGS.of(args, kwargs)
     if step is None or logits is None:  # logits None: a step without ASD rows (``_can_skip_verify_logits``)
         return accept_len, commit_lens, bonus, out_tokens, new_seq_lens
-    asd_len, asd_bonus, active = decide_chain(step, candidates, logits)
+    asd_len, asd_bonus, active = verify_step.decide_chain(step, candidates, logits)
     accept_len = torch.where(active, asd_len.to(accept_len.dtype), accept_len)  # [bs]
     bonus = torch.where(active, asd_bonus.to(bonus.dtype), bonus)  # [bs]
     asd_tokens, asd_commit = _commit_accept()(candidates, accept_len, bonus)  # [bs, B], [bs]
@@ -81,7 +76,7 @@ def accept_block_around(original, *args, **kwargs):
 
 
 def skip_verify_logits_around(original, *args, **kwargs):
-    step = current_step()
+    step = verify_step.current()
     if step is not None and step.holds_asd:
         return False
     return original(*args, **kwargs)
@@ -105,3 +100,6 @@ def hooks():
         (ACCEPT_BLOCK, accept_block_around),
         (SKIP_VERIFY_LOGITS, skip_verify_logits_around),
     ]
+
+
+SEAMS = (Seam("scheduler", hooks, check=lambda: check_signatures(resolve(FORWARD), resolve(ACCEPT_BLOCK))),)

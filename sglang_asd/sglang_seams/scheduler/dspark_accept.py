@@ -1,53 +1,35 @@
 """Seam: DSPARK's greedy accept (``dspark_components``: ``dspark_verify.accept_draft_tokens``, inside
 ``DSparkWorkerV2._forward_decode``).
 
-- Hook kind: AROUND on all three targets, each calls the original.
-  - ``DSparkWorkerV2._forward_decode``: publishes the step (``verify_round.BlockStep``: the ledger
-    table, the batch's slots, the host view of whether it holds an ASD row, the TP group), then
-    attaches the round's output to the result's logits output.
+- Kind: AROUND on three targets, each calls the original. Process: scheduler (every TP rank), in
+  DSPARK's decode step.
+  - ``DSparkWorkerV2._forward_decode``: opens and publishes the ASD verify step
+    (``step/verify_step.py``, which holds the numbered step, its ordering under the overlap
+    scheduler and CUDA graphs, and TP; here with the group of SGLang's TP sync site
+    ``DSPARK_ACCEPT_GREEDY``), then attaches the round's receipts to the result's logits output.
   - ``dspark_verify.accept_draft_tokens`` (bound by name in ``dspark_verify`` and
-    ``dspark_sampling_accept_graph``): SGLang's ``(correct_len, bonus, cap_trim_lens)``, then the
-    ASD rows' decision merged in (``verify_round.decide_chain``).
+    ``dspark_sampling_accept_graph``): SGLang's ``(correct_len, bonus, cap_trim_lens)`` first
+    (greedy, sampled or mixed; with a cap layout in cap-accept and compact modes), then
+    ``verify_step.decide_chain`` on the same final logits (candidates = anchor + gamma drafts,
+    each row's chain ending at ``verify_lens - 1`` under a layout), which charges the ledger. ASD
+    rows take ``correct_len`` = ASD's accepted drafts, ``bonus`` = the target's argmax after them,
+    ``cap_trim_lens`` = 0 (ASD never reads past a row's verify length); the others keep SGLang's.
   - ``dspark_verify.verify_logits_adjustments_are_noop`` (bound by name in ``dspark_worker_v2`` and
-    ``dspark_observability``): False in a step that holds an ASD row, so the accept is not folded
-    into the verify CUDA graph (below).
-- Process: scheduler (every TP rank), in the decode step of DSPARK (``DSparkWorkerV2``).
-- Why: ASD replaces strict greedy acceptance for the rows of requests that carry a budget and
-  leaves every other row as SGLang computed it. ``accept_draft_tokens`` returns the only three
-  values the rest of the step reads the accept from: ``build_accept_outs`` broadcasts them (TP),
+    ``dspark_observability``): False in a step that holds an ASD row (host view), so the accept is
+    not folded into the verify CUDA graph.
+- Why: ASD replaces strict greedy acceptance for the rows of requests that carry a budget.
+  ``accept_draft_tokens`` returns the only three values the rest of the step reads the accept
+  from: ``build_accept_outs`` broadcasts them (TP: rank 0's, ASD's merged values included),
   derives the commit lengths, new sequence lengths and output tokens, and every consumer (the
-  draft KV inject of the committed positions, the FutureMap, spec logprobs, the next draft's
-  anchor, the result) follows. The verify forward already wrote the target KV of the whole
-  window; committing fewer or more of it only moves the sequence lengths.
-- How, one decode step:
-  1. ``_forward_decode`` (an idle batch, or a table without ASD rows: SGLang's step as is)
-     publishes the step.
-  2. The target verify runs; penalties, logit bias and the grammar mask are applied to the logits
-     in place (``run_non_compact`` / ``run_compact``, then the mask).
-  3. ``accept_draft_tokens``: SGLang's result first (greedy, sampled or mixed; with a cap layout in
-     cap-accept and compact modes), then ``decide_chain`` on the same final logits: candidates
-     ``[bs, W]`` = anchor + gamma drafts, K = gamma, each row's chain ending at ``verify_lens - 1``
-     under a layout. ASD rows take ``correct_len`` = ASD's accepted drafts, ``bonus`` = the
-     target's argmax after them, ``cap_trim_lens`` = 0 (ASD never reads past a row's verify
-     length, so nothing is trimmed from its decision); the others keep SGLang's.
-  4. The ledger is charged in ``decide_chain``; ``_forward_decode`` attaches the round output to
-     ``result.logits_output`` for the receipts.
+  draft KV inject, the FutureMap, spec logprobs, the next draft's anchor, ``on_publish``)
+  follows. The verify forward already wrote the target KV of the whole window.
 - Folded accept: with CUDA graphs, DSPARK can run ``AcceptGreedy`` and ``build_accept_outs``
-  inside the verify graph (``DsparkVerifyEpilogue``: compact mode, or a static DeepSeek-V4.1
-  target with a MoE draft), where no Python hook runs. ``fold_eligible`` requires
-  ``verify_logits_adjustments_are_noop``, evaluated before the verify launch; in a step that holds
-  an ASD row it is False, so that step verifies with the same graph and accepts eagerly (the
-  non-folded path SGLang takes for a batch with a penalty or logit bias). Steps without ASD rows
-  keep the fold. The other callers of the function (simulated acceptance, the all-sampled accept
-  graph, observability) only see False in those steps: they take their eager, general path.
-- Ordering (overlap scheduler, CUDA graphs): the accept runs eagerly after the verify forward on
-  the forward stream; the ledger is read (staged writes applied first) and charged there
-  (``state/ledger_table.py``, the DSPARK/DFLASH paragraph). ``on_publish(new_seq_lens)`` comes
-  after the accept, so batch N+1 reads ASD's lengths and bonus.
-- Tensor parallelism: SGLang broadcasts rank 0's ``(correct_len, bonus, cap_trim_lens)`` when its
-  TP sync site ``DSPARK_ACCEPT_GREEDY`` is on (the default with TP > 1), which takes ASD's merged
-  values from rank 0. ASD broadcasts its own decision over the same group first
-  (``verify.tp.rank_consistent``), so every rank charges rank 0's regret.
+  inside the verify graph (``DsparkVerifyEpilogue``), where no Python hook runs. ``fold_eligible``
+  requires ``verify_logits_adjustments_are_noop``, evaluated before the verify launch; in a step
+  holding an ASD row it is False, so that step verifies with the same graph and accepts eagerly
+  (SGLang's path for a batch with a penalty or logit bias); other steps keep the fold. The
+  function's other callers (simulated acceptance, the all-sampled accept graph, observability)
+  take their eager, general path in those steps.
 - Sampled and mixed batches: ASD rows are greedy by construction (a sampled request's receipt says
   ``sampling``); SGLang's ``SelectMixedAccept`` result is kept for every other row.
 - Upstream: none yet. An accept-policy hook in ``accept_and_finalize`` (and a fold opt-out) would
@@ -60,8 +42,9 @@ from __future__ import annotations
 
 import torch
 
-from sglang_asd.sglang_seams.scheduler.arguments import NamedArguments
-from sglang_asd.sglang_seams.scheduler.verify_round import current_step, decide_chain, run_step
+from sglang_asd.hooks.arguments import NamedArguments
+from sglang_asd.hooks.registry import Seam, resolve
+from sglang_asd.sglang_seams.step import verify_step
 
 _WORKER = "sglang.srt.speculative.dspark_components.dspark_worker_v2.DSparkWorkerV2"
 _VERIFY = "sglang.srt.speculative.dspark_components.dspark_verify"
@@ -84,24 +67,25 @@ def check_signatures(forward_decode_fn, accept_fn) -> None:
 
 def forward_decode_around(original, *args, **kwargs):
     worker, batch = FORWARD_DECODE_ARGS.of(args, kwargs)
-    return run_step(original, args, kwargs, batch, _tp_sync(worker), "DSPARK_ACCEPT_GREEDY")
+    group = verify_step.accept_group(_tp_sync(worker), "DSPARK_ACCEPT_GREEDY")
+    return verify_step.run_block_step(original, args, kwargs, batch, group)
 
 
 def accept_draft_tokens_around(original, *args, **kwargs):
     correct_len, bonus, cap_trim_lens = original(*args, **kwargs)  # each [bs]
-    step = current_step()
+    step = verify_step.current()
     if step is None:
         return correct_len, bonus, cap_trim_lens
     candidates, target_logits, cutoff_layout = ACCEPT_ARGS.of(args, kwargs)
     verify_lens = None if cutoff_layout is None else cutoff_layout.verify_lens
-    asd_len, asd_bonus, active = decide_chain(step, candidates, target_logits, verify_lens)
+    asd_len, asd_bonus, active = verify_step.decide_chain(step, candidates, target_logits, verify_lens)
     return (torch.where(active, asd_len.to(correct_len.dtype), correct_len),
             torch.where(active, asd_bonus.to(bonus.dtype), bonus),
             torch.where(active, torch.zeros_like(cap_trim_lens), cap_trim_lens))
 
 
 def adjustments_noop_around(original, *args, **kwargs):
-    step = current_step()
+    step = verify_step.current()
     if step is not None and step.holds_asd:
         return False
     return original(*args, **kwargs)
@@ -121,3 +105,7 @@ def hooks():
         (ACCEPT_DRAFT_TOKENS, accept_draft_tokens_around),
         (ADJUSTMENTS_NOOP, adjustments_noop_around),
     ]
+
+
+SEAMS = (Seam("scheduler", hooks, bindings={ACCEPT_DRAFT_TOKENS: ACCEPT_BINDINGS, ADJUSTMENTS_NOOP: ADJUSTMENTS_BINDINGS},
+              check=lambda: check_signatures(resolve(FORWARD_DECODE), resolve(ACCEPT_DRAFT_TOKENS))),)

@@ -24,6 +24,7 @@
 
 from __future__ import annotations
 
+from sglang_asd.hooks.registry import Seam
 from sglang_asd.sglang_seams.state.ledger_table import ASDLedgerTable
 from sglang_asd.sglang_seams.state.runtime import get_runtime
 from sglang_asd.verify.rules import RULE_ID
@@ -116,3 +117,6 @@ def free_rows_around(original, self, indices, *args, **kwargs):
 
 def hooks():
     return [(TARGETS[0], alloc_around), (TARGETS[1], free_rows_around)]
+
+
+SEAMS = (Seam("scheduler", hooks),)

@@ -26,8 +26,8 @@
 
 ``Scheduler.init_model_worker`` (AROUND, scheduler process)
 - Why: every verify kernel variant is compiled before the scheduler reports ready, and serving is
-  checked to launch only those (``verify_warmup.py`` holds the why and how).
-- How: call the original (model, draft, CUDA graphs), then ``verify_warmup.warm_up``.
+  checked to launch only those (``step/warmup.py`` holds the why and how).
+- How: call the original (model, draft, CUDA graphs), then ``warmup.warm_up``.
 - Upstream: a plain extension of start-up; nothing to upstream. Removal: never, while the kernel
   is ours.
 
@@ -40,6 +40,7 @@ from __future__ import annotations
 import logging
 from typing import Optional
 
+from sglang_asd.hooks.registry import Seam
 from sglang_asd.sglang_seams.state.request_ledger import (
     REASON_NO_SPEC,
     REASON_REJECTION_SAMPLING,
@@ -50,7 +51,7 @@ from sglang_asd.sglang_seams.state.request_ledger import (
     RequestLedger,
 )
 from sglang_asd.sglang_seams.modes import process_unsupported_mode
-from sglang_asd.sglang_seams.scheduler import verify_warmup
+from sglang_asd.sglang_seams.step import warmup
 from sglang_asd.sglang_seams.state.runtime import get_runtime
 
 logger = logging.getLogger(__name__)
@@ -201,9 +202,9 @@ def init_metrics_collector_around(original, self, *args, **kwargs):
 
 
 def init_model_worker_around(original, self, *args, **kwargs):
-    """Warm every verify kernel variant up once the model worker exists (``verify_warmup.py``)."""
+    """Warm every verify kernel variant up once the model worker exists (``step/warmup.py``)."""
     result = original(self, *args, **kwargs)
-    verify_warmup.warm_up(self)
+    warmup.warm_up(self)
     return result
 
 
@@ -214,3 +215,6 @@ def hooks():
         (INIT_METRICS, init_metrics_collector_around),
         (INIT_MODEL_WORKER, init_model_worker_around),
     ]
+
+
+SEAMS = (Seam("scheduler", hooks),)

@@ -68,7 +68,8 @@ import contextvars
 
 import torch
 
-from sglang_asd.sglang_seams.scheduler.arguments import NamedArguments
+from sglang_asd.hooks.arguments import NamedArguments
+from sglang_asd.hooks.registry import Seam, resolve
 
 PREFILL = "sglang.srt.speculative.standalone_worker_v2.StandaloneDraftWorker._draft_extend_for_prefill"
 PREPARE_FOR_DRAFT = "sglang.srt.speculative.eagle_worker_common.prepare_for_draft"
@@ -251,3 +252,8 @@ def hooks():
         (PREPARE_FOR_DRAFT, prepare_for_draft_around),
         (PREPARE_FOR_DRAFT_EXTEND, prepare_for_draft_extend_around),
     ]
+
+
+SEAMS = (Seam("scheduler", hooks, bindings={PREPARE_FOR_DRAFT: BINDINGS, PREPARE_FOR_DRAFT_EXTEND: BINDINGS},
+              preload=PRELOAD, check=lambda: check_signatures(resolve(PREPARE_FOR_DRAFT)),
+              opt_in="standalone_draft_fix"),)

@@ -30,15 +30,17 @@ Ordering: every device write is issued by the verify step, on the stream that ru
   at once to request B (LIFO) would get B's budget overwritten by A's leftover at N+1's write-back.
   The order argument holds for any worker, since it only relies on every reader applying the
   staged writes first, on its own stream.
-- DSPARK and DFLASH (``dspark_accept.py``, ``dflash_accept.py``) read and charge the table in their
-  accept, which runs eagerly inside the worker's decode step on the forward stream, after the
-  target's verify forward (graph replay or eager) and before ``on_publish``. Neither worker
+- DSPARK and DFLASH (``dspark_accept.py``, ``dflash_accept.py``) read the table when their
+  decode step opens (``step/verify_step.open``, at the start of the worker's decode step) and
+  charge it in their accept, which runs eagerly inside that step on the forward stream, after the
+  target's verify forward (graph replay or eager) and before ``on_publish``; between the two only
+  the draft and the verify forward run, which never touch the table. Neither worker
   overrides the scheduler's shared-read runner, so ``Scheduler._apply_war_barrier`` waits on the
   target model runner's event, recorded around the verify forward, i.e. before the accept: as for
   NGRAM, the scheduling stream is not ordered after the charge, and the staging above is what keeps
   a recycled slot's admission from landing between a batch's gather and its write-back. With an
   eager verify no event is published and the barrier waits on the whole forward stream, which only
-  orders more. The next batch's verify is issued on the same forward stream after this one's
+  orders more. The next batch's decode step is issued on the same forward stream after this one's
   accept, so it reads this batch's charge (the one-step lag of the host ledger is the same as for
   EAGLE: receipts come from the per-round outputs of committed rounds). DSPARK's folded accept
   (inside the verify CUDA graph) is disarmed in every step that holds an ASD row, so the table is
@@ -52,7 +54,7 @@ Ordering: every device write is issued by the verify step, on the stream that ru
   ``[n, 6 + T]`` float64 block; slots, caps, rule ids and token ids are exact in float64. A step
   that follows no admission or release copies nothing.
 - Sampled rows follow the same order: admitted and released by staging, applied by
-  ``begin_verify`` (called by ``eagle_sample`` before SGLang's sampling branch runs), and charged by
+  ``begin_verify`` (called by the verify step's ``open`` before SGLang's sampling branch runs), and charged by
   the same verify step after ``asd_sampled_verify`` decided them, on the same stream (the sampling
   branch runs eagerly after the verify forward, never inside a CUDA graph). ``rules_active`` lists
   the greedy rules only (the greedy kernel's choice); ``sampled_active`` says, on the host, whether

@@ -14,7 +14,7 @@ class SchedulerRuntime:
     metrics: Optional[object] = None  # sglang_seams.state.metrics.ASDMetrics on the rank that exports
     unsupported_mode: Optional[str] = None  # "" once known to be supported; see sglang_seams/modes.py
     sampling_reason: Optional[str] = None  # "" once the sampled rule is known to run here (scheduler.sampling_reason)
-    warmed_variants: Optional[frozenset] = None  # verify kernel variants warmed at start-up (verify_warmup.py)
+    warmed_variants: Optional[frozenset] = None  # verify kernel variants warmed at start-up (step/warmup.py)
     seen_variants: set = dataclasses.field(default_factory=set)  # variants serving has launched
 
 

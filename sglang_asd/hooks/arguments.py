@@ -2,10 +2,10 @@
 
 An AROUND hook receives SGLang's call as ``(original, *args, **kwargs)``, and SGLang passes the
 same parameter by position at one call site and by keyword at another. ``NamedArguments`` takes
-the function's signature once (``bind``, from ``install_scheduler_hooks``): it checks that every
-parameter the hook reads still exists, refusing to start otherwise (an upstream rename must not
-bind the wrong tensor silently), and keeps each one's position, so reading a call's arguments is
-a tuple lookup (no ``inspect`` per call). Used by ``eagle_sample.py`` and ``standalone_draft.py``.
+the function's signature once (``bind``, from the seam's ``Seam.check`` at install): it checks
+that every parameter the hook reads still exists, refusing to start otherwise (an upstream rename
+must not bind the wrong tensor silently), and keeps each one's position, so reading a call's
+arguments is a tuple lookup (no ``inspect`` per call).
 """
 
 from __future__ import annotations

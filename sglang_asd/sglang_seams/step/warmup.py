@@ -1,7 +1,7 @@
 """The verify warm-up: every verify kernel variant compiled before ready, and serving checked against it.
 
-Hooks nothing itself: ``Scheduler.init_model_worker``'s AROUND hook (``scheduler.py``, the module
-that holds every ``Scheduler`` hook) calls ``warm_up`` once per scheduler process (every TP rank),
+Hooks nothing itself: ``Scheduler.init_model_worker``'s AROUND hook (``scheduler/scheduler.py``, the
+module that holds every ``Scheduler`` hook) calls ``warm_up`` once per scheduler process (every TP rank),
 after the model, the draft and the CUDA graphs are set up and before the scheduler reports ready.
 
 - Why: Triton compiles and loads a kernel variant at its first launch. A variant first met while
@@ -11,7 +11,7 @@ after the model, the draft and the CUDA graphs are set up and before the schedul
 - How: ``sglang_asd.verify.warmup`` lists every variant this server's verify can launch (its
   (W, K) shapes, adaptive candidate steps included, x the logits dtypes x with and without
   SGLang's argmax) and launches each once on this rank's GPU; on CPU nothing compiles and only the
-  list is kept. While serving, every verify seam (``eagle_sample.py``, ``verify_round.py``) calls
+  list is kept. While serving, the verify step (``verify_step.decide``, for every drafter) calls
   ``check_variant``, which calls ``note_variant`` the first time it meets a call shape (a set lookup per step; the variant key is computed only then,
   from tensor metadata: no sync), which logs, once per variant, one seen (INFO) and one that was
   not warmed up (WARNING): the check that the enumeration is what serving produces.
@@ -88,7 +88,7 @@ _CHECKED_SHAPES: set = set()
 
 
 def check_variant(candidates, logits, depth, stop_tokens, target_predict, rules_active) -> None:
-    """Every verify seam, per call: the fused kernel (on CUDA) runs one compiled variant per call
+    """The verify step, per call: the fused kernel (on CUDA) runs one compiled variant per call
     shape, so a shape met for the first time is checked against the warm-up's list (the shape holds
     all that a variant key reads; bs and T create none). A set lookup per call, no sync."""
     if needs_torch_path(rules_active):
