@@ -110,16 +110,10 @@ def missing() -> list[str]:
 
 
 def _holds(obj, value) -> bool:
-    """``obj`` is ``value``, or a chain of ``functools.wraps`` wrappers (HookRegistry's) around it."""
-    if isinstance(value, bool):
-        return obj is value
-    for _ in range(16):
-        if obj is value:
-            return True
-        obj = getattr(obj, "__wrapped__", None)
-        if obj is None:
-            return False
-    return False
+    """``obj`` is ``value`` (a flag), or ``value`` wrapped in HookRegistry's wrappers (``sampling._holds``)."""
+    from sglang_asd.cpu_backend.seams.sampling import _holds as holds_function
+
+    return obj is value if isinstance(value, bool) else holds_function(obj, value)
 
 
 def chain_speculative_sampling(predicts, accept_index, accept_token_num, candidates, retrive_index,
