@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# One resumable chain on the Qwen2.5-Coder 1.5B + 0.5B pair (STANDALONE K = 4, SGLang's own draft flow,
+# CPU) whose arms answer three questions on the same prompts and server configuration:
+#   1. calib: which budget buys which quality (`python -m sglang_asd.calibrate`): strict and the asd
+#      ladder 0.5 .. 8 on GSM8K and HumanEval, first 100 items each, chat route, natural stop (cap
+#      384), concurrency 24, then speed at fixed work (16 prompts x 128 tokens, one repeat); its
+#      strict, 2 and 8 arms are the baselines of the steps below.
+# Later steps (rules, scopes, per-token budgets) are appended as their code lands; each is its own
+# calibrate run, so each carries its own strict arm (a second strict run is the noise floor).
+#
+# Resumable: every step passes --resume and leaves STEP.done; after a stop run the script again (a
+# fresh checkout starts from the logs committed under results/, see steps.sh's chain_seed):
+#   nohup nice -n 19 bash docs/measurements/qwen_control/run.sh > $OUT/run.out 2>&1 &
+# Run it from a frozen worktree so edits in the main tree cannot change a running server:
+#   git worktree add ../meas-control <commit>; cd ../meas-control; REPO=$PWD OUT=<main>/out/control bash ...
+# SMOKE=1: the same steps on the SmolLM2 demo pair at toy sizes (checks the script end to end).
+set -uo pipefail
+
+source "$(dirname "$0")/../steps.sh"
+chain_setup control run.log
+
+RULE_CEILINGS="--asd-max-budget 64"
+if [ "${SMOKE:-0}" = 1 ]; then
+    SERVER="$RULE_CEILINGS"; LIMIT=2; CAP=48; SPEED_TOKENS=16; MIN_GB=3
+else
+    SERVER="--model-path fixture:qwen2.5-coder-1.5b --speculative-algorithm STANDALONE \
+--speculative-draft-model-path fixture:qwen2.5-coder-0.5b --speculative-num-steps 4 --speculative-eagle-topk 1 \
+--speculative-num-draft-tokens 5 --mem-fraction-static 0.8 --max-total-tokens 32768 \
+$RULE_CEILINGS ${SERVER_EXTRA:-}"
+    LIMIT=${LIMIT:-100}; CAP=384; SPEED_TOKENS=128; MIN_GB=9
+fi
+COMMON="--tasks gsm8k,humaneval --limit $LIMIT --api chat --max-new-tokens $CAP --concurrency 24 \
+--speed-max-new-tokens $SPEED_TOKENS --repeats 1 --max-accuracy-drop 1 --min-agreement 0.95 \
+--max-length-change 0.03 --timeout 3600 --launch-timeout 1800 --resume"
+
+log "run.sh at $(git -C "$REPO" rev-parse --short HEAD) -> $OUT (SMOKE=${SMOKE:-0})"
+[ "${SMOKE:-0}" = 1 ] || chain_seed "$REPO/docs/measurements/qwen_control/results"
+wait_for_chains 'issue35/run.sh|issue33/run.sh|run_ablation.sh'
+wait_for_memory $MIN_GB
+
+step calib sglang_asd.calibrate --launch="$SERVER" --budgets 0.5,1,2,4,8 $COMMON --out "$OUT/calib"
+log "run.sh finished"
