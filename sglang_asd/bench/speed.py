@@ -203,10 +203,19 @@ def run(args: argparse.Namespace, arms: list[Arm],
 
 def flush_cache(url: str, timeout: float = 120.0) -> None:
     """SGLang's ``/flush_cache``: empties the radix cache and an NGRAM server's corpus (its scheduler
-    calls the draft worker's ``clear_cache_pool``). Called between passes, with nothing in flight."""
-    r = requests.post(url.rstrip("/") + "/flush_cache", timeout=timeout)
-    if r.status_code != 200:
-        raise RuntimeError(f"{url}/flush_cache: HTTP {r.status_code}: {r.text[:200]}")
+    calls the draft worker's ``clear_cache_pool``). Called between passes, with nothing in flight.
+
+    SGLang refuses a flush (HTTP 400) while its scheduler still holds a request, which it may for a
+    moment after the client has every answer (a finished request it has not yet released, or one a
+    client gave up on): the flush is retried until ``timeout``."""
+    deadline = time.monotonic() + timeout
+    while True:
+        r = requests.post(url.rstrip("/") + "/flush_cache", timeout=timeout)
+        if r.status_code == 200:
+            return
+        if r.status_code != 400 or time.monotonic() > deadline:
+            raise RuntimeError(f"{url}/flush_cache: HTTP {r.status_code}: {r.text[:200]}")
+        time.sleep(1.0)
 
 
 def passes_of(records: list[dict]) -> list[dict]:

@@ -73,27 +73,23 @@ class Row:
 
 
 ROWS = [
-    # EAGLE: the smallest verify (two draft tokens) on pages of 4 tokens; trees whose topk is above the draft
+    # EAGLE: the smallest verify (two draft tokens) on pages of 4 tokens; a tree whose topk is above the draft
     # width (the root keeps W - 1 of its topk children: the sampled verifier's sibling bound is min(topk, W - 1)),
-    # at four draft tokens (the shipped tiny EAGLE config, its topk raised to 4) and at two; the largest tree.
+    # the shipped tiny EAGLE config with its topk raised to 4; the largest tree.
     Row("eagle-chain-draft2-paged", EAGLE + tree(1, 1, 2) + paged(4)),
     Row("eagle-tree-topk4-draft4", ("--config", str(CONFIG_DIR / "cpu_tiny_eagle.yaml"), *tree(3, 4, 4))),
-    Row("eagle-tree-topk4-draft2", EAGLE + tree(1, 4, 2)),
     Row("eagle-tree-largest", EAGLE + tree(6, 8, 64)),
+    # EAGLE3 and STANDALONE trees (their chains serve in the pool: tests/conftest.py), topk above the width.
     Row("eagle3-tree", EAGLE3 + tree(2, 3, 6)),
-    Row("eagle3-chain-paged", EAGLE3 + tree(2, 1, 3) + paged(2)),
     Row("standalone-tree-topk3-draft3", STANDALONE + tree(2, 3, 3)),
-    Row("standalone-chain-paged", STANDALONE + tree(3, 1, 4) + paged(8)),
     # NGRAM: SGLang's defaults (12 draft tokens, BFS breadth 10), and the smallest chain on pages.
     Row("ngram-default", NGRAM),
     Row("ngram-draft2-paged", NGRAM + ("--speculative-num-draft-tokens", "2",
                                        "--speculative-ngram-max-bfs-breadth", "1") + paged(4)),
-    # Block drafters: the smallest blocks (DSPARK gamma 1: two tokens; DFLASH block 1: the anchor alone)
-    # and paged blocks wider than the drafts were built for.
-    Row("dspark-block1", DSPARK + ("--speculative-dspark-block-size", "1"), block_drafter=True),
+    # Block drafters: the smallest block (DFLASH block 1: the anchor alone) and a paged block wider than the
+    # draft was built for (DSPARK gamma 5 on pages of 4); the pool serves DSPARK block 3 and DFLASH block 4.
     Row("dspark-block5-paged", DSPARK + ("--speculative-dspark-block-size", "5") + paged(4), block_drafter=True),
     Row("dflash-block1", DFLASH + ("--speculative-num-draft-tokens", "1"), block_drafter=True),
-    Row("dflash-block6-paged", DFLASH + ("--speculative-num-draft-tokens", "6") + paged(4), block_drafter=True),
 ]
 
 # Configurations SGLang starts with but cannot serve (its warm-up or first request fails in the scheduler,
