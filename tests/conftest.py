@@ -245,6 +245,16 @@ def pytest_sessionfinish(session, exitstatus):
     POOL.stop_all()
 
 
+def pytest_terminal_summary(terminalreporter):
+    """Where phase 2's time goes: each pool server's start (seconds to serving), slowest first."""
+    if not POOL.stopped:
+        return
+    starts = sorted(((s.started_s, s.name) for s, _ in POOL.stopped), reverse=True)
+    terminalreporter.write_sep("-", f"{len(starts)} pool server starts, {sum(t for t, _ in starts):.0f} s to serving")
+    for t, name in starts:
+        terminalreporter.write_line(f"{t:7.1f} s  {name}")
+
+
 @pytest.fixture(scope="session")
 def servers():
     return POOL
