@@ -5,8 +5,12 @@
 #      ladder 0.5 .. 8 on GSM8K and HumanEval, first 100 items each, chat route, natural stop (cap
 #      384), concurrency 24, then speed at fixed work (16 prompts x 128 tokens, one repeat); its
 #      strict, 2 and 8 arms are the baselines of the steps below.
-# Later steps (rules, scopes, per-token budgets) are appended as their code lands; each is its own
-# calibrate run, so each carries its own strict arm (a second strict run is the noise floor).
+#   2. fly_k4: FLy against asd on the same work (vLLM's lossy verifier, `asd_rule: "fly"`): strict,
+#      asd 2 and 8, FLy at vLLM's defaults (entropy threshold 0.3, top 3, window min(6, K - 1)) and at
+#      thresholds 0.15 and 0.6, FLy under the ledger (`fly-bounded`) at 2 and 8; the same prompts,
+#      caps and fixed work as step 1.
+# Each step is its own calibrate run with its own strict arm (a second strict run is the noise floor),
+# on a server whose ceilings let every arm's request ask for its setting (requests only tighten).
 #
 # Resumable: every step passes --resume and leaves STEP.done; after a stop run the script again (a
 # fresh checkout starts from the logs committed under results/, see steps.sh's chain_seed):
@@ -39,4 +43,12 @@ wait_for_chains 'issue35/run.sh|issue33/run.sh|run_ablation.sh'
 wait_for_memory $MIN_GB
 
 step calib sglang_asd.calibrate --launch="$SERVER" --budgets 0.5,1,2,4,8 $COMMON --out "$OUT/calib"
+
+# FLy's knobs: a request may raise the server's entropy threshold, never lower it.
+FLY_SERVER="$SERVER --asd-fly-entropy-threshold 0.15"
+T3="asd_fly_entropy_threshold=0.3"  # vLLM's default, stated: the server's floor is 0.15
+FLY_ARMS="fly:asd_budget=8,asd_rule=fly,$T3;fly_t0.15:asd_budget=8,asd_rule=fly,asd_fly_entropy_threshold=0.15;\
+fly_t0.6:asd_budget=8,asd_rule=fly,asd_fly_entropy_threshold=0.6;\
+flyb2:asd_budget=2,asd_rule=fly-bounded,$T3;flyb8:asd_budget=8,asd_rule=fly-bounded,$T3"
+step fly_k4 sglang_asd.calibrate --launch="$FLY_SERVER" --budgets 2,8 --arms "$FLY_ARMS" $COMMON --out "$OUT/fly_k4"
 log "run.sh finished"
