@@ -9,6 +9,13 @@
 #      asd 2 and 8, FLy at vLLM's defaults (entropy threshold 0.3, top 3, window min(6, K - 1)) and at
 #      thresholds 0.15 and 0.6, FLy under the ledger (`fly-bounded`) at 2 and 8; the same prompts,
 #      caps and fixed work as step 1.
+#   3. where_k4: where and how fast a request may spend, at budget 8 against budget 8 unscoped: the
+#      GSM8K answer line strict (`asd_strict_spans`: from the answer marker `####`, a single token of
+#      this tokenizer, to the end; the close marker `</tool_call>` never occurs in these answers), the
+#      first 16 and 64 output tokens strict (`asd_strict_prefix`: what the server default costs), and
+#      per-token budgets (`asd_budget_per_token`) at the rates that spend 2 and 8 nats over 512 tokens;
+#   4. long_k4: 8 prompts x 512 tokens at concurrency 4, fixed budgets 2 and 8 against the per-token
+#      rates of equal spend at 512 tokens (where a fixed budget binds early and a rate keeps paying).
 # Each step is its own calibrate run with its own strict arm (a second strict run is the noise floor),
 # on a server whose ceilings let every arm's request ask for its setting (requests only tighten).
 #
@@ -51,4 +58,13 @@ FLY_ARMS="fly:asd_budget=8,asd_rule=fly,$T3;fly_t0.15:asd_budget=8,asd_rule=fly,
 fly_t0.6:asd_budget=8,asd_rule=fly,asd_fly_entropy_threshold=0.6;\
 flyb2:asd_budget=2,asd_rule=fly-bounded,$T3;flyb8:asd_budget=8,asd_rule=fly-bounded,$T3"
 step fly_k4 sglang_asd.calibrate --launch="$FLY_SERVER" --budgets 2,8 --arms "$FLY_ARMS" $COMMON --out "$OUT/fly_k4"
+
+RATES="r2:asd_budget_per_token=0.0039;r8:asd_budget_per_token=0.0156"  # 2 and 8 nats over 512 tokens
+step where_k4 sglang_asd.calibrate --launch="$SERVER" --budgets 8 \
+    --arms "ans8:asd_budget=8,asd_strict_spans=####|</tool_call>;p16:asd_budget=8,asd_strict_prefix=16;\
+p64:asd_budget=8,asd_strict_prefix=64;$RATES" $COMMON --out "$OUT/where_k4"
+LONG_WORK="--num-prompts 8 --max-new-tokens 512 --concurrency 4"
+[ "${SMOKE:-0}" = 1 ] && LONG_WORK="--num-prompts 2 --max-new-tokens 32 --concurrency 2"
+step long_k4 scripts/lab/speed.py --launch="$SERVER" --budgets 0,2,8 --arms "$RATES" --dataset gsm8k $LONG_WORK \
+    --repeats 1 --schedule rounds --timeout 3600 --launch-timeout 1800 --resume --out "$OUT/long_k4"
 log "run.sh finished"
