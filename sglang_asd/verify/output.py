@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+from typing import Optional
 
 import torch
 
@@ -27,3 +28,6 @@ class ASDVerifyOutput:
     exception_regret: torch.Tensor  # [bs, K] float32: its regret (0 elsewhere)
     target_token: torch.Tensor  # [bs, K] int64: the target argmax judging draft position i for i <= num_correct_drafts (the bonus at i == num_correct_drafts); -1 beyond
     num_suffix_tokens: torch.Tensor  # [bs] int32: exact tokens accepted after the first exception (suffix reuse)
+    # [bs] int32, only when the verify had a scope (``verify.scope``): mismatched nodes whose parent is
+    # on the accepted path that passed the rule's node gates but not the scope (None: no scope)
+    scope_skipped: Optional[torch.Tensor] = None
