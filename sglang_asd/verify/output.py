@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import dataclasses
-from typing import Optional
 
 import torch
 
@@ -28,6 +27,4 @@ class ASDVerifyOutput:
     exception_regret: torch.Tensor  # [bs, K] float32: its regret (0 elsewhere)
     target_token: torch.Tensor  # [bs, K] int64: the target argmax judging draft position i for i <= num_correct_drafts (the bonus at i == num_correct_drafts); -1 beyond
     num_suffix_tokens: torch.Tensor  # [bs] int32: exact tokens accepted after the first exception (suffix reuse)
-    # [bs] int32, only when the verify had a scope (``verify.scope``): mismatched nodes whose parent is
-    # on the accepted path that passed the rule's node gates but not the scope (None: no scope)
-    scope_skipped: Optional[torch.Tensor] = None
+    scope_skipped: torch.Tensor  # [bs] int32: nodes hanging from the accepted path that the rule's node gates passed but the row's scope did not allow (``verify.scope``; 0 without a scope)
