@@ -153,9 +153,12 @@ class Markers:
     def state_after(self, tokens: Sequence[int]) -> int:
         """The state after ``tokens`` (prompt and output so far): per bit, the last marker wins;
         bits no marker touched keep the default."""
+        ops = {t: (s, c, x) for t, s, c, x in self.ops}
         state = self.default_state
         for t in tokens:
-            state = self.apply(state, t)
+            op = ops.get(t)
+            if op is not None:
+                state = ((state & ~op[1]) | op[0]) ^ op[2]
         return state
 
     def allowed(self, state: int, position: int, token: int, target: int) -> bool:
