@@ -145,9 +145,12 @@ def _scoped_jobs(baseline, n=32):
                                          **variants[i % len(variants)]}) for i in range(n)]
 
 
-@pytest.mark.server_group("eagle")
-def test_no_event_outside_the_scope_under_churn(servers, baseline):
-    server = servers.get("eagle")
+@pytest.mark.parametrize("config", [
+    pytest.param(c, marks=pytest.mark.server_group(c)) for c in ("eagle", "eagle_tree", "dflash", "dspark")])
+def test_no_event_outside_the_scope_under_churn(servers, config):
+    """Chains (EAGLE topk 1, DFLASH, DSPARK: the block drafters' accept) and trees (EAGLE topk 2)."""
+    server = servers.get(config)
+    baseline = {p: generate(server, ids(p), asd_budget=BUDGET) for p in PROMPTS}
     before = metric(server, "sglang:asd_scope_skipped_total")
     jobs = _scoped_jobs(baseline)
     outs = _churn(server, jobs)
