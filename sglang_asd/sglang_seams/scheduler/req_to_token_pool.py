@@ -11,7 +11,8 @@
   by the verify step): its rule id, remaining (asd: budget - host spent, exact at admission: a
   retracted request is only re-admitted after its last in-flight batch was processed; other
   rules: the budget, never decremented), the rule's gate (g, margin or threshold), cap, stop
-  tokens; a strict request gets a zero row. A sampled request's row (rule ``asd-sampled``) holds
+  tokens, its output count (``produced``: ``produced_at_admission``) and, for a scoped request, its
+  scope (``_scope_row``); a strict request gets a zero row. A sampled request's row (rule ``asd-sampled``) holds
   B - spent in nats of KL, its floor in the gate column, its relaxed-node cap in the cap column
   and its power in the power column (``ledger_table.py``). That covers a slot lent to the next turn of a
   streaming session without a free (``srt/session/streaming_session.py``): the ledger belongs to
@@ -54,7 +55,16 @@ def _stop_tokens(req) -> set[int]:
     return stops
 
 
-def alloc_around(original, self, reqs, *args, **kwargs):
+def produced_at_admission(req) -> int:
+    """The output tokens a request has committed when its first verify after this admission runs:
+    those it holds now, plus the one its prefill (first admission, a chunked prefill's first chunk,
+    a retracted request's re-prefill of prompt + output, a streaming session's next turn) samples
+    before it decodes. No batch of the request is in flight at admission, so ``output_ids`` is exact."""
+    return len(req.output_ids) + 1
+
+
+def alloc_around(original, self, reqs, *args, produced_of=produced_at_admission, **kwargs):
+    """``produced_of(req)``: the request's output count at admission (the PD decode pool passes its own)."""
     result = original(self, reqs, *args, **kwargs)
     if result is None:
         return result
@@ -74,6 +84,7 @@ def alloc_around(original, self, reqs, *args, **kwargs):
     if admitted:
         table = ledger_table(self)
         columns = [_columns(r.asd_ledger) for r in admitted]  # (gate, cap, power) per request
+        produced = [produced_of(r) for r in admitted]
         table.admit(
             slots=[r.kv.req_pool_idx for r in admitted],
             owners=[r.asd_ledger for r in admitted],
@@ -83,12 +94,26 @@ def alloc_around(original, self, reqs, *args, **kwargs):
             stop_tokens=[_stop_tokens(r) for r in admitted],
             rule=[RULE_ID[r.asd_ledger.rule] for r in admitted],
             power=[c[2] for c in columns],
+            produced=produced,
+            scope=[_scope_row(r, n) for r, n in zip(admitted, produced)],
         )
     if lent:
         table.release(lent)
     if admitted or lent:
         _report_active(table)
     return result
+
+
+def _scope_row(req, produced: int):
+    """A scoped request's scope columns (``ledger_table.ASDLedgerTable.admit``), or None: its span
+    state after the prompt and the output before its next verify's root (output index
+    ``produced - 1``, which that verify folds in itself: the token a prefill is about to sample is
+    not known here)."""
+    markers = req.asd_ledger.markers
+    if markers is None:
+        return None
+    state = markers.state_after(list(req.origin_input_ids) + list(req.output_ids[:max(produced - 1, 0)]))
+    return markers.strict_prefix, state, markers.require, markers.forbid, markers.ops
 
 
 def _columns(ledger) -> tuple:

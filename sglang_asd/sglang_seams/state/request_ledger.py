@@ -22,6 +22,7 @@ from typing import Any, Mapping, Optional
 
 from sglang_asd.policy import ASDConfig, validate_budget
 from sglang_asd.policy.sampled import SAMPLED_RULE, SAMPLED_RULE_VERSION, SampledConfig
+from sglang_asd.policy.scope import Markers, Scope
 from sglang_asd.server_settings import ASDServerSettings
 
 # Keys of SamplingParams.custom_params that carry a request's ASD choices (the HTTP layer moves
@@ -36,7 +37,11 @@ SAMPLED_FLOOR_KEY = "asd_sampled_floor"
 SAMPLED_POWER_KEY = "asd_sampled_power"
 SAMPLED_CAP_KEY = "asd_sampled_max_relaxed_per_block"
 SAMPLED_KEYS = (SAMPLED_FLOOR_KEY, SAMPLED_POWER_KEY, SAMPLED_CAP_KEY)
-REQUEST_KEYS = (BUDGET_KEY, GATE_KEY, CAP_KEY, RULE_KEY, MARGIN_KEY, THRESHOLD_KEY) + SAMPLED_KEYS
+STRICT_PREFIX_KEY = "asd_strict_prefix"
+SCOPE_KEY = "asd_scope"
+STRICT_SPANS_KEY = "asd_strict_spans"
+SCOPE_KEYS = (STRICT_PREFIX_KEY, SCOPE_KEY, STRICT_SPANS_KEY)
+REQUEST_KEYS = (BUDGET_KEY, GATE_KEY, CAP_KEY, RULE_KEY, MARGIN_KEY, THRESHOLD_KEY) + SAMPLED_KEYS + SCOPE_KEYS
 
 # Why ASD did not apply to a request.
 REASON_STRICT = "strict"  # the request's choice is strict greedy: budget 0, its rule's gate 0, or cap 0
@@ -53,11 +58,12 @@ class RequestASD:
     B is the opt-in of every rule (0 = strict greedy) and, for asd, its ledger's limit; local
     uses it as a per-block limit; margin and threshold read it only as the opt-in. ``sampled``:
     the sampled rule's parameters (the server's, tightened), used if the request samples; then B
-    is nats of KL."""
+    is nats of KL. ``scope``: where it may spend (``policy.scope``; the server's, tightened)."""
 
     budget: float
     config: ASDConfig
     sampled: SampledConfig = SampledConfig()
+    scope: Scope = Scope()
 
     @property
     def is_strict(self) -> bool:
@@ -85,6 +91,8 @@ class RequestASD:
             sampled=settings.sampled.tightened(
                 floor=params.get(SAMPLED_FLOOR_KEY), power=params.get(SAMPLED_POWER_KEY),
                 max_relaxed_per_block=params.get(SAMPLED_CAP_KEY)),
+            scope=settings.scope.tightened(strict_prefix=params.get(STRICT_PREFIX_KEY), scope=params.get(SCOPE_KEY),
+                                           strict_spans=params.get(STRICT_SPANS_KEY)),
         )
 
     @classmethod
@@ -106,6 +114,13 @@ class RequestLedger:
     events: list = dataclasses.field(default_factory=list)
     events_truncated: bool = False
     finalized: bool = False  # the request finished and was counted in the metrics
+    markers: Optional[Markers] = None  # the scope resolved against the served model; None: unscoped
+    scope_skipped: int = 0  # draft nodes the rule would have relaxed but the scope did not allow
+
+    @property
+    def scope_receipt(self) -> dict:
+        """The scope in force and what it skipped (docs/CONTRACTS.md, "Scopes")."""
+        return {**self.choice.scope.parameters(), "skipped": self.scope_skipped}
 
     @property
     def applied(self) -> bool:
@@ -168,6 +183,7 @@ class RequestLedger:
             "suffix_tokens": self.suffix_tokens,
             "events": list(self.events),
             "events_truncated": self.events_truncated,
+            "scope": self.scope_receipt,
         }
 
     def _sampled_receipt(self) -> dict:
@@ -186,4 +202,5 @@ class RequestLedger:
             "relaxed": self.exceptions,
             "events": list(self.events),
             "events_truncated": self.events_truncated,
+            "scope": self.scope_receipt,
         }
