@@ -6,7 +6,7 @@ so the choice changes speed, never a decision.
 
 The choice depends on the device, on whether Triton imports and on ``rules_present`` (host-known:
 the ledger table's view of the rules its rows use), never on tensor values, so it needs no sync.
-It is made for the whole batch: a batch with one margin or threshold row runs the torch verifier
+It is made for the whole batch: a batch with one margin, threshold or fly row runs the torch verifier
 for every row (its cost: docs/VERIFY_KERNEL.md). A CUDA device without Triton runs the torch
 verifier and says so once in the log.
 
@@ -63,6 +63,7 @@ def asd_verify(
     rule: Optional[torch.Tensor] = None,  # [bs] int32 rule id per row; None: every row asd
     rules_present: Optional[AbstractSet[str]] = None,  # host-known superset of the rules in ``rule``
     tree_depth_gate: bool = False,  # NGRAM: q_i = (row's tree depth) - i instead of K - i
+    fly_top_k: Optional[torch.Tensor] = None,  # [bs] fly rows' entropy top-k; None: 3
 ) -> ASDVerifyOutput:
     """The batched verify (docs/CONTRACTS.md); see ``torch_verify.asd_verify_torch``."""
     torch_only = rule is not None and needs_torch_path(rules_present if rules_present is not None else RULE_NAMES)
@@ -70,7 +71,7 @@ def asd_verify(
     if impl is None:
         return asd_verify_torch(candidates, logits, retrieve_next_token, retrieve_next_sibling, remaining, gate,
                                 cap, depth, stop_tokens=stop_tokens, target_predict=target_predict, rule=rule,
-                                rules_present=rules_present, tree_depth_gate=tree_depth_gate)
+                                rules_present=rules_present, tree_depth_gate=tree_depth_gate, fly_top_k=fly_top_k)
     return impl(candidates, logits, retrieve_next_token, retrieve_next_sibling, remaining, gate, cap, depth,
                 stop_tokens=stop_tokens, target_predict=target_predict, tree_depth_gate=tree_depth_gate)
 

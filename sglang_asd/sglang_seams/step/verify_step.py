@@ -187,7 +187,7 @@ def decide(step: VerifyStep, candidates: torch.Tensor, logits: torch.Tensor, ret
     check_variant(candidates, logits, depth, r.stop_tokens, target_predict, step.rules_active)
     out = asd_verify(candidates, logits, retrieve_next_token, retrieve_next_sibling, r.remaining, r.gate, r.cap,
                      depth, stop_tokens=r.stop_tokens, target_predict=target_predict, rule=r.rule,
-                     rules_present=step.rules_active, tree_depth_gate=tree_depth_gate)
+                     rules_present=step.rules_active, tree_depth_gate=tree_depth_gate, fly_top_k=r.power)
     step.decision = rank_consistent(out, step.group)
     return step.decision
 
