@@ -42,6 +42,12 @@ deferred (every rule's convention here), and ``W = 0`` means "vLLM's default" (`
 at least 1), not a window of zero. A sampled request with ``asd_rule: "fly"`` is served as stock
 SGLang samples it, with the receipt's reason ``fly_sampled`` (vLLM's sampled FLy is not served).
 
+Serving order: the window and the entropy are read from one verify round's logits, so FLy keeps
+no state across rounds; the one thing it carries is fly-bounded's ``remaining``, charged on the
+device in the verify step's stream order exactly like asd's (``sglang_seams/step/verify_step.py``:
+under the overlap scheduler batch N+1's verify reads batch N's charge; the host receipts trail by
+one round). Its row's columns (threshold, window, top-k) are written only at admission.
+
 Each deferral is recorded with its regret (the target's log-probability gap, spec section 2), so
 FLy's spend is comparable with the other rules'. ``fly`` has no ledger: B > 0 is its opt-in, as
 for margin and threshold. ``fly-bounded`` takes the same deferrals under asd's ledger (a block's
