@@ -47,8 +47,8 @@ def test_fly_is_served_with_receipts_and_budget_zero_is_strict(servers, algorith
             first = r["events"][0]["pos"] if r["events"] else len(out["output_ids"])
             assert out["output_ids"][:first] == strict["output_ids"][:first]
             deferred += r["exceptions"]
-    if algorithm == "eagle":  # the noisy EAGLE draft on the tiny target: FLy defers there
-        assert deferred > 0, "fly must defer some mismatches on the noisy draft"
+    if algorithm in ("eagle", "dspark", "dflash"):  # the noisy drafts, chain seams included: FLy defers there
+        assert deferred > 0, f"{algorithm}: fly must defer some mismatches on the noisy draft"
 
 
 @pytest.mark.server_group("eagle")
