@@ -14,11 +14,14 @@ import json
 from typing import Any, Mapping
 
 from sglang_asd.policy.config import (
+    DEFAULT_FLY_ENTROPY_THRESHOLD,
+    DEFAULT_FLY_ENTROPY_TOP_K,
     DEFAULT_GATE,
     DEFAULT_MARGIN,
     DEFAULT_MAX_EXCEPTIONS_PER_BLOCK,
     DEFAULT_RULE,
     DEFAULT_THRESHOLD,
+    MAX_FLY_ENTROPY_TOP_K,
     RULE_NAMES,
     ASDConfig,
     check_count,
@@ -45,7 +48,9 @@ class ASDServerSettings:
     default_budget: regret budget (nats) of a request that sends no ``asd_budget``; 0 = strict.
     max_budget: the largest ``asd_budget`` a request may ask for.
     config: the server's rule (a request's default) and every rule's parameters (gate g, cap m,
-        margin, threshold); a request may lower each parameter, never raise it.
+        margin, threshold, fly's entropy threshold, top-k and window); a request may only tighten
+        each parameter (lower a gate, cap, margin, threshold or fly top-k; raise fly's entropy
+        threshold or window).
     allowed_rules: the rules a request may choose (``asd_rule``); the server's rule is one of them.
     sampled: the sampled rule's parameters (``asd-sampled-1``, for sampled requests: floor, power,
         cap); a request may raise the floor or the power and lower the cap, never the reverse.
@@ -183,6 +188,15 @@ _FLAGS = (
     ("threshold", float,
      f"threshold rule: largest regret (nats) of one accepted mismatch; the most a request may ask for "
      f"(default {DEFAULT_THRESHOLD:g})."),
+    ("fly_entropy_threshold", float,
+     f"fly rules (FLy, as vLLM): smallest top-k target entropy (nats) at which a mismatch may be deferred; a "
+     f"request may ask for more (default {DEFAULT_FLY_ENTROPY_THRESHOLD:g})."),
+    ("fly_entropy_top_k", int,
+     f"fly rules: how many of the target's largest probabilities the entropy sums, in [1, {MAX_FLY_ENTROPY_TOP_K}]; "
+     f"a request may ask for fewer (default {DEFAULT_FLY_ENTROPY_TOP_K})."),
+    ("fly_window_size", int,
+     "fly rules: exact draft tokens that must follow a deferred mismatch; 0 = min(6, K - 1) (default 0). A "
+     "request may ask for a longer window than a window set here; under 0, for any."),
     ("sampled_floor", float,
      f"Sampled rule (asd-sampled-1, sampled requests with a budget in nats of KL): the smallest q = p(x) a relaxed "
      f"draft token may have; a request may ask for more (default {DEFAULT_SAMPLED_FLOOR:g})."),

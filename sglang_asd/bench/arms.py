@@ -31,10 +31,13 @@ its own knob: ``RULE=V1|V2,...`` (``rule_arms``)::
 
     --rules 'asd=2|8|32,local=0.5|2,margin=0.5|2,threshold=0.25|1'   # asd2 asd8 ... threshold1
     --rules asd,local,margin,threshold                               # the server's parameters
+    --rules 'fly=0.3|0.6|1,fly-bounded=2|8'                          # fly0.3 ... fly-bounded8
 
-The knob of asd and local is ``asd_budget`` (local: a per-block limit); of margin ``asd_margin``
-and of threshold ``asd_threshold``, which then send ``asd_budget=8`` as their opt-in (no ledger
-limits them). A bare rule sends ``asd_budget=8`` and the server's parameters.
+The knob of asd, local and fly-bounded is ``asd_budget`` (local: a per-block limit); of margin
+``asd_margin``, of threshold ``asd_threshold`` and of fly ``asd_fly_entropy_threshold``, which
+then send ``asd_budget=8`` as their opt-in (no ledger limits them). A bare rule sends
+``asd_budget=8`` and the server's parameters. Any other setting goes through ``--arms``, e.g.
+``fly6:asd_budget=8,asd_rule=fly,asd_fly_window_size=6,asd_fly_entropy_threshold=0.3``.
 """
 
 from __future__ import annotations
@@ -157,7 +160,8 @@ def parse_arms(spec: str) -> list[Arm]:
     return arms
 
 
-RULE_KNOBS = {"asd": BUDGET_FIELD, "local": BUDGET_FIELD, "margin": "asd_margin", "threshold": "asd_threshold"}
+RULE_KNOBS = {"asd": BUDGET_FIELD, "local": BUDGET_FIELD, "margin": "asd_margin", "threshold": "asd_threshold",
+              "fly": "asd_fly_entropy_threshold", "fly-bounded": BUDGET_FIELD}
 RULE_OPT_IN_BUDGET = 8.0  # the asd_budget of rule arms whose knob is not the budget
 
 

@@ -219,7 +219,8 @@ def build_parser() -> argparse.ArgumentParser:
                                      f"{DEFAULT_BUDGETS} when --arms is not given either); strict is always run")
     p.add_argument("--arms", help="'LABEL:FIELD=VALUE,...;LABEL:...', e.g. 'b8g05:asd_budget=8,asd_gate=0.5'")
     p.add_argument("--rules", help="acceptance rules, each over its knob: 'asd=2|8,local=1,margin=0.5|2,threshold=0.5' "
-                                   "(asd, local: asd_budget; margin: asd_margin; threshold: asd_threshold)")
+                                   "(asd, local, fly-bounded: asd_budget; margin: asd_margin; threshold: asd_threshold; "
+                                   "fly: asd_fly_entropy_threshold)")
     p.add_argument("--tasks", help=f"comma-separated tasks (default {','.join(datasets.TASKS)}; --report-only: "
                                    "the run's)")
     p.add_argument("--limit", type=int, default=None, help="first N items per task (default: all shipped)")

@@ -291,7 +291,8 @@ def build_parser(prog: str = "python -m sglang_asd.bench.speed") -> argparse.Arg
                                      f"{DEFAULT_BUDGETS} when --arms is not given either)")
     p.add_argument("--arms", help="'LABEL:FIELD=VALUE,...;LABEL:...', e.g. 'b8g05:asd_budget=8,asd_gate=0.5'")
     p.add_argument("--rules", help="acceptance rules, each over its knob: 'asd=2|8,local=1,margin=0.5|2,threshold=0.5' "
-                                   "(asd, local: asd_budget; margin: asd_margin; threshold: asd_threshold)")
+                                   "(asd, local, fly-bounded: asd_budget; margin: asd_margin; threshold: asd_threshold; "
+                                   "fly: asd_fly_entropy_threshold)")
     p.add_argument("--dataset", default="gsm8k,mtbench", help=f"prompt sources, subset of {','.join(datasets.TASKS)}")
     p.add_argument("--num-prompts", type=int, default=32)
     p.add_argument("--max-new-tokens", type=int, default=128)

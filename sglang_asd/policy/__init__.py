@@ -3,8 +3,9 @@
     from sglang_asd.policy import ASDConfig, Ledger, select_chain, select_tree
 
 This is the reference every batched or fused implementation is tested against. ``config`` defines
-the rules (asd, local, margin, threshold) and their parameters; ``rule.admits_exception`` decides
-one mismatched token under any of them.
+the rules (asd, local, margin, threshold, fly, fly-bounded) and their parameters;
+``rule.admits_exception`` decides one mismatched token under the regret rules, and ``fly`` holds
+FLy's window rule (``select_chain_fly``, ``select_tree_fly``).
 """
 
 from sglang_asd.policy.config import (
@@ -21,6 +22,7 @@ from sglang_asd.policy.config import (
     validate_rules,
     validate_threshold,
 )
+from sglang_asd.policy.fly import select_chain_fly, select_tree_fly
 from sglang_asd.policy.ledger import ExceptionEvent, Ledger
 from sglang_asd.policy.rule import ChainDecision, admits_exception, block_limit, select_chain
 from sglang_asd.policy.tree import TreeDecision, select_tree, tree_depth
@@ -38,7 +40,9 @@ __all__ = [
     "admits_exception",
     "block_limit",
     "select_chain",
+    "select_chain_fly",
     "select_tree",
+    "select_tree_fly",
     "tree_depth",
     "validate_budget",
     "validate_cap",

@@ -31,6 +31,14 @@ its rule admits it; every rule accepts exact tokens for free and stops at the fi
   thresholds a divergence between the draft's and the target's distributions; SGLang's greedy
   verify has no draft distribution, so the target-only analogue thresholds the draft token's
   log-probability gap to the target's argmax (the regret). No gate normalisation, no cap, no ledger.
+- ``fly`` (FLy, arXiv 2511.22972, as vLLM serves it; ``policy/fly.py`` has the facts and their
+  sources): a mismatch is *deferred* (accepted) where the target's top-k entropy at that position
+  is >= ``fly_entropy_threshold`` and the next ``fly_window_size`` draft tokens on its path are all
+  exact. Not a regret gate: the verifier reads the row's window and entropy, not a limit on r_i.
+  No cap, no ledger (B is the opt-in); spent regret is counted.
+- ``fly-bounded``: fly's deferrals, and the asd ledger: ``spent + block regret <= B`` over the
+  request, charged like asd's. The two differ only in ``ledger``/``block_limited``, like local and
+  asd, so that FLy and asd compare at equal spend (``policy/fly.py`` says why a separate rule).
 
 Uniform form (what the batched verifier computes, rule as data, see ``RuleTraits``): an exception
 needs ``r_i / q_i <= gate`` where ``q_i = K - i`` for asd and local and ``q_i = 1`` for margin and
@@ -39,7 +47,9 @@ extra conditions (runner-up; cap; block limit). ``spent`` (the sum of exception 
 counted for every rule so that rules compare by spent regret, but only asd's ledger bounds it.
 
 Strict identity, every rule: budget 0 (the request's opt-in), or the rule's gate (g, margin or
-threshold) 0, or (asd, local) cap 0 admit nothing, not even a regret-0 tie.
+threshold) 0, or (asd, local) cap 0 admit nothing, not even a regret-0 tie. fly's threshold 0 is
+not strict (every mismatch has entropy >= 0): its strict setting is budget 0 (fly-bounded: also an
+exhausted ledger).
 """
 
 from __future__ import annotations
@@ -57,6 +67,10 @@ DEFAULT_GATE = 0.25  # g: nats of regret per suffix value (the reference configu
 DEFAULT_MAX_EXCEPTIONS_PER_BLOCK = 2  # m
 DEFAULT_MARGIN = 1.0  # margin rule: largest top-2 logit margin (nats) at which the runner-up passes
 DEFAULT_THRESHOLD = 0.5  # threshold rule: largest regret (nats) of one exception
+DEFAULT_FLY_ENTROPY_THRESHOLD = 0.3  # fly: smallest top-k entropy (nats) at a deferred mismatch (vLLM's default)
+DEFAULT_FLY_ENTROPY_TOP_K = 3  # fly: how many of the largest target probabilities the entropy sums (vLLM's)
+DEFAULT_FLY_WINDOW_SIZE = 0  # fly: exact tokens that must follow a deferral; 0 = min(6, K - 1) (vLLM's default)
+MAX_FLY_ENTROPY_TOP_K = 32  # the verifier's one top-k pass takes this many values (requests choose fewer)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -69,6 +83,8 @@ class RuleTraits:
     capped: at most ``max_exceptions_per_block`` exceptions per block.
     block_limited: a block's exception regret must be <= the row's limit (asd: remaining; local: B).
     ledger: the block's regret is charged to the request's ledger (remaining = B - spent).
+    deferred: FLy's test replaces the regret gate: the gate field is the entropy threshold (0 is
+        not strict), and an exception needs the next window of draft tokens on its path exact.
     """
 
     name: str
@@ -79,10 +95,13 @@ class RuleTraits:
     capped: bool
     block_limited: bool
     ledger: bool
+    deferred: bool = False
 
     @property
     def parameters(self) -> tuple:
         """The ASDConfig fields this rule reads (what its receipt reports)."""
+        if self.deferred:
+            return (self.gate_field, "fly_entropy_top_k", "fly_window_size")
         return (self.gate_field, "max_exceptions_per_block") if self.capped else (self.gate_field,)
 
 
@@ -91,6 +110,9 @@ RULES = {
     "local": RuleTraits("local", "local-1", "gate", True, False, True, True, False),
     "margin": RuleTraits("margin", "margin-1", "margin", False, True, False, False, False),
     "threshold": RuleTraits("threshold", "threshold-1", "threshold", False, False, False, False, False),
+    "fly": RuleTraits("fly", "fly-1", "fly_entropy_threshold", False, False, False, False, False, deferred=True),
+    "fly-bounded": RuleTraits("fly-bounded", "fly-bounded-1", "fly_entropy_threshold", False, False, False, True, True,
+                              deferred=True),
 }
 RULE_NAMES = tuple(RULES)  # a rule's id on the device is its index here
 
@@ -168,6 +190,35 @@ def validate_threshold(value: Any, max_threshold: float = math.inf, name: str = 
     return check_number(name, value, max_threshold)
 
 
+def validate_fly_entropy_threshold(value: Any, least: float = 0.0,
+                                   name: str = "asd_fly_entropy_threshold") -> float:
+    """fly's entropy threshold (nats): a finite number >= ``least`` (a request's: >= the server's,
+    since a higher threshold defers less)."""
+    value = check_number(name, value)
+    if value < least:
+        raise ValueError(f"{name} must be a finite number >= {_fmt(least)} (the server's), got {shown(value)}")
+    return value
+
+
+def validate_fly_entropy_top_k(value: Any, most: int = MAX_FLY_ENTROPY_TOP_K,
+                               name: str = "asd_fly_entropy_top_k") -> int:
+    """fly's entropy top-k: an integer in [1, most] (a request's: at most the server's, since more
+    terms make a larger entropy, which defers more)."""
+    if not (isinstance(value, int) and not isinstance(value, bool) and 1 <= value <= most):
+        raise ValueError(f"{name} must be an integer in [1, {most}], got {shown(value)}")
+    return value
+
+
+def validate_fly_window_size(value: Any, least: int = 0, name: str = "asd_fly_window_size") -> int:
+    """fly's window: an integer >= 0, 0 meaning min(6, K - 1) (vLLM's default); a request's is >=
+    the server's where the server sets one (a longer window defers less). Under the server's 0 a
+    request may choose any window: the default follows K, which is no admission limit."""
+    value = check_count(name, value)
+    if least > 0 and value < least:
+        raise ValueError(f"{name} must be an integer >= {least} (the server's), got {shown(value)}")
+    return value
+
+
 def validate_rule(value: Any, allowed: Iterable[str] = RULE_NAMES, name: str = "asd_rule") -> str:
     """A rule name among ``allowed``."""
     allowed = tuple(allowed)
@@ -199,6 +250,9 @@ class ASDConfig:
     rule: one of ``RULE_NAMES``.
     margin: the margin rule's largest top-2 logit margin (nats); 0 = strict.
     threshold: the threshold rule's largest regret of one exception (nats); 0 = strict.
+    fly_entropy_threshold: fly's smallest top-k entropy (nats) at a deferred mismatch.
+    fly_entropy_top_k: how many of the target's largest probabilities fly's entropy sums.
+    fly_window_size: exact draft tokens that must follow a deferred mismatch; 0 = min(6, K - 1).
     """
 
     gate: float = DEFAULT_GATE
@@ -206,6 +260,9 @@ class ASDConfig:
     rule: str = DEFAULT_RULE
     margin: float = DEFAULT_MARGIN
     threshold: float = DEFAULT_THRESHOLD
+    fly_entropy_threshold: float = DEFAULT_FLY_ENTROPY_THRESHOLD
+    fly_entropy_top_k: int = DEFAULT_FLY_ENTROPY_TOP_K
+    fly_window_size: int = DEFAULT_FLY_WINDOW_SIZE
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "gate", validate_gate(self.gate, name="gate"))
@@ -213,6 +270,10 @@ class ASDConfig:
         validate_rule(self.rule, name="rule")
         object.__setattr__(self, "margin", validate_margin(self.margin, name="margin"))
         object.__setattr__(self, "threshold", validate_threshold(self.threshold, name="threshold"))
+        object.__setattr__(self, "fly_entropy_threshold",
+                           validate_fly_entropy_threshold(self.fly_entropy_threshold, name="fly_entropy_threshold"))
+        validate_fly_entropy_top_k(self.fly_entropy_top_k, name="fly_entropy_top_k")
+        validate_fly_window_size(self.fly_window_size, name="fly_window_size")
 
     @property
     def traits(self) -> RuleTraits:
@@ -225,21 +286,35 @@ class ASDConfig:
 
     @property
     def allows_exceptions(self) -> bool:
-        """False when the rule is strict whatever the budget (its gate 0, or cap 0 where capped)."""
+        """False when the rule is strict whatever the budget (its gate 0, or cap 0 where capped;
+        fly never: its threshold 0 is its loosest setting)."""
+        if self.traits.deferred:
+            return True
         return self.rule_gate > 0 and (self.max_exceptions_per_block > 0 or not self.traits.capped)
+
+    @property
+    def device_columns(self) -> tuple:
+        """The row's (gate, cap, power) columns on the device ledger (``ledger_table``): the rule's
+        gate and cap; fly: (entropy threshold, window, top-k)."""
+        if self.traits.deferred:
+            return self.fly_entropy_threshold, self.fly_window_size, float(self.fly_entropy_top_k)
+        return self.rule_gate, self.max_exceptions_per_block, 0.0
 
     def parameters(self) -> dict:
         """The rule's parameters by field name (receipts)."""
         return {name: getattr(self, name) for name in self.traits.parameters}
 
     def tightened(self, gate: Any = None, max_exceptions_per_block: Any = None, rule: Any = None,
-                  margin: Any = None, threshold: Any = None, allowed_rules: Iterable[str] = RULE_NAMES) -> "ASDConfig":
+                  margin: Any = None, threshold: Any = None, fly_entropy_threshold: Any = None,
+                  fly_entropy_top_k: Any = None, fly_window_size: Any = None,
+                  allowed_rules: Iterable[str] = RULE_NAMES) -> "ASDConfig":
         """This config with a request's overrides: a rule among ``allowed_rules``, and each
         parameter validated to be no looser than ours (None keeps ours).
 
         "A request may only tighten": every parameter is bounded by the server's value of the same
         parameter (gate <= g, cap <= m, margin <= the server's margin, threshold <= the server's
-        threshold; the budget by the server's maximum, checked by the caller). The rules are not
+        threshold; fly: entropy threshold >= the server's, top-k <= the server's, window >= the
+        server's where it sets one; the budget by the server's maximum, checked by the caller). The rules are not
         ordered by looseness (threshold T admits more than margin T; local at B admits more than
         asd at B over a request), so the rule itself is a choice among the rules the server allows,
         not a tightening. A parameter the chosen rule does not read is refused, so that a request
@@ -247,7 +322,8 @@ class ASDConfig:
         """
         chosen = self.rule if rule is None else validate_rule(rule, allowed_rules)
         given = {"gate": gate, "max_exceptions_per_block": max_exceptions_per_block, "margin": margin,
-                 "threshold": threshold}
+                 "threshold": threshold, "fly_entropy_threshold": fly_entropy_threshold,
+                 "fly_entropy_top_k": fly_entropy_top_k, "fly_window_size": fly_window_size}
         for name, value in given.items():
             if value is not None and name not in RULES[chosen].parameters:
                 raise ValueError(f"asd_{name} does not apply to asd_rule={chosen} (its parameters: "
@@ -261,4 +337,10 @@ class ASDConfig:
             rule=chosen,
             margin=self.margin if margin is None else validate_margin(margin, self.margin),
             threshold=self.threshold if threshold is None else validate_threshold(threshold, self.threshold),
+            fly_entropy_threshold=(self.fly_entropy_threshold if fly_entropy_threshold is None
+                                   else validate_fly_entropy_threshold(fly_entropy_threshold, self.fly_entropy_threshold)),
+            fly_entropy_top_k=(self.fly_entropy_top_k if fly_entropy_top_k is None
+                               else validate_fly_entropy_top_k(fly_entropy_top_k, self.fly_entropy_top_k)),
+            fly_window_size=(self.fly_window_size if fly_window_size is None
+                             else validate_fly_window_size(fly_window_size, self.fly_window_size)),
         )

@@ -8,7 +8,7 @@ kernels take no scope yet.
 
 The choice depends on the device, on whether Triton imports and on ``rules_present`` (host-known:
 the ledger table's view of the rules its rows use), never on tensor values, so it needs no sync.
-It is made for the whole batch: a batch with one margin or threshold row runs the torch verifier
+It is made for the whole batch: a batch with one margin, threshold or fly row runs the torch verifier
 for every row (its cost: docs/VERIFY_KERNEL.md). A CUDA device without Triton runs the torch
 verifier and says so once in the log.
 
@@ -67,6 +67,7 @@ def asd_verify(
     rules_present: Optional[AbstractSet[str]] = None,  # host-known superset of the rules in ``rule``
     tree_depth_gate: bool = False,  # NGRAM: q_i = (row's tree depth) - i instead of K - i
     scope: Optional[ScopeRows] = None,  # each row's scope (``verify.scope``); None: every position allowed
+    fly_top_k: Optional[torch.Tensor] = None,  # [bs] fly rows' entropy top-k; None: 3
 ) -> ASDVerifyOutput:
     """The batched verify (docs/CONTRACTS.md); see ``torch_verify.asd_verify_torch``."""
     torch_only = scope is not None or (
@@ -75,7 +76,8 @@ def asd_verify(
     if impl is None:
         return asd_verify_torch(candidates, logits, retrieve_next_token, retrieve_next_sibling, remaining, gate,
                                 cap, depth, stop_tokens=stop_tokens, target_predict=target_predict, rule=rule,
-                                rules_present=rules_present, tree_depth_gate=tree_depth_gate, scope=scope)
+                                rules_present=rules_present, tree_depth_gate=tree_depth_gate, fly_top_k=fly_top_k,
+                                scope=scope)
     return impl(candidates, logits, retrieve_next_token, retrieve_next_sibling, remaining, gate, cap, depth,
                 stop_tokens=stop_tokens, target_predict=target_predict, tree_depth_gate=tree_depth_gate)
 

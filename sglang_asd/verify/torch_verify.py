@@ -3,8 +3,8 @@
 Semantics: ``sglang_asd.policy`` (spec sections 3-5; the rules in ``policy.config``), batched over
 ``bs`` rows of ``W`` draft nodes, each row under its own rule (``rule``, as data: ``rules.py``).
 One pass over the vocabulary (the argmax; none when the caller passes ``target_predict``), one
-more (the top 2) only when the margin rule may be present, then O(bs * W) work in loops over
-log2(W) and the depth K only.
+more (the top 2) only when the margin rule may be present, two more (logsumexp, top-k) only when
+fly may be present, then O(bs * W) work in loops over log2(W) and the depth K only.
 No host sync: no ``.item()``, ``.tolist()``, ``.cpu()`` and no branch on tensor data.
 
 Vocabulary (docs/CONTRACTS.md): node 0 is the root (the last committed token); node n at
@@ -20,8 +20,10 @@ from typing import AbstractSet, Optional
 
 import torch
 
+from sglang_asd.policy.config import DEFAULT_FLY_ENTROPY_TOP_K, MAX_FLY_ENTROPY_TOP_K
+from sglang_asd.policy.fly import FLY_MAX_DEFAULT_WINDOW
 from sglang_asd.verify.output import ASDVerifyOutput
-from sglang_asd.verify.rules import row_traits
+from sglang_asd.verify.rules import deferred_present, row_traits
 from sglang_asd.verify.scope import ScopeRows, allowed_nodes
 from sglang_asd.verify.tree_links import node_depths, row_tree_depth, tree_links
 
@@ -65,6 +67,24 @@ def _target_margin(
     return (best - second).clamp_min(0).view(bs, W)
 
 
+def _top_k_entropy(
+    logits: torch.Tensor,  # [bs*W, V] float
+    top_k: torch.Tensor,  # [bs] int64 each row's k, in [1, MAX_FLY_ENTROPY_TOP_K]
+) -> torch.Tensor:
+    """-> [bs, W] float32: FLy's entropy at each node, -sum p log p over the row's ``top_k``
+    largest p = softmax(logits) over the whole vocabulary, not renormalised, natural log (vLLM's
+    ``compute_fly_entropy``, ``policy/fly.py``). NaN where the row holds a NaN. Two passes over V
+    (logsumexp, one top-k of the largest k any row may use)."""
+    bs = top_k.shape[0]
+    z = logits.float()
+    k = min(MAX_FLY_ENTROPY_TOP_K, z.shape[1])
+    log_p = z.topk(k, dim=-1).values - z.logsumexp(dim=-1, keepdim=True)  # [bs*W, k]
+    p = log_p.exp()
+    terms = torch.where(p > 0, p * log_p, 0.0).view(bs, -1, k)  # [bs, W, k]
+    terms = torch.where(torch.arange(k, device=z.device) < top_k[:, None, None], terms, 0.0)
+    return -terms.sum(dim=-1)
+
+
 def asd_verify_torch(
     candidates: torch.Tensor,  # [bs, W] int64 draft token per node (node 0 = root, ignored)
     logits: torch.Tensor,  # [bs*W, V] float final logits (after penalties/bias/grammar mask)
@@ -80,6 +100,7 @@ def asd_verify_torch(
     rules_present: Optional[AbstractSet[str]] = None,  # host-known superset of the rules in ``rule``
     tree_depth_gate: bool = False,  # NGRAM: q_i = (row's tree depth) - i instead of K - i
     scope: Optional[ScopeRows] = None,  # each row's scope (``verify.scope``); None: every position allowed
+    fly_top_k: Optional[torch.Tensor] = None,  # [bs] fly rows' entropy top-k (the ledger's power column); None: 3
 ) -> ASDVerifyOutput:
     """Choose each row's accepted path under its rule; see ``ASDVerifyOutput``.
 
@@ -103,6 +124,15 @@ def asd_verify_torch(
     ``retrieve_index``); among siblings carrying the same token only the first in sibling order
     counts; nodes deeper than K are never accepted. A given ``target_predict`` is used as is and
     regret is measured against it (clamped at 0). Regret is float32; NaN counts as masked.
+
+    fly rows (``rules.py``: ``gate`` the entropy threshold, ``cap`` the window W, 0: min(6, K - 1)
+    at least 1, ``fly_top_k`` the entropy's k): a mismatch is an exception iff the parent's
+    entropy >= the threshold (no regret gate), and a path is accepted iff every exception on it is
+    followed on it by >= W exact nodes before the next one and after the last (``policy/fly.py``);
+    two path totals carry this: exact nodes since the last exception, and whether each exception
+    found a complete window before it. Acceptance is then not prefix-closed (a node inside a
+    window is not accepted, its descendants may be); the chosen node's path is read back through
+    ``up`` as for every rule.
     """
     bs, W = candidates.shape
     K = depth
@@ -134,12 +164,19 @@ def asd_verify_torch(
     row_on = (remaining > 0) & (gate > 0) & ((cap > 0) | ~traits.capped)  # [bs]
     gate_depth = row_tree_depth(up, node_depth, K)[:, None] if tree_depth_gate else K  # [bs, 1] or K
     suffix_value = torch.where(traits.per_suffix_value[:, None], (gate_depth + 1 - node_depth).clamp_min(1), 1).float()
+    passes_gate = regret / suffix_value <= gate[:, None]
+    fly = rule is not None and deferred_present(rules_present)
+    if fly:  # fly rows: the parent's entropy instead of a regret gate; any threshold turns the row on
+        row_on |= (remaining > 0) & traits.deferred
+        top_k = torch.full_like(remaining, DEFAULT_FLY_ENTROPY_TOP_K) if fly_top_k is None else fly_top_k
+        parent_entropy = _top_k_entropy(logits, top_k.long()).gather(1, up)  # [bs, W]
+        passes_gate = torch.where(traits.deferred[:, None], parent_entropy >= gate[:, None], passes_gate)
     exception = (
         row_on[:, None]
         & has_parent
         & ~exact
         & torch.isfinite(regret)
-        & (regret / suffix_value <= gate[:, None])
+        & passes_gate
     )
     if rule is not None and (rules_present is None or "margin" in rules_present):
         parent_margin = _target_margin(logits, target_predict).gather(1, up)  # [bs, W]
@@ -159,15 +196,26 @@ def asd_verify_torch(
     path_ok = node == 0
     path_exceptions = torch.zeros_like(parent)
     path_regret = torch.zeros_like(regret)
+    if fly:  # window W per row (0 on other rows: both window tests below always pass there)
+        default_window = max(min(FLY_MAX_DEFAULT_WINDOW, K - 1), 1)
+        window = torch.where(traits.deferred, torch.where(cap > 0, cap.long(), default_window), 0)[:, None]
+        since = torch.full_like(parent, 2**31)  # exact nodes since the path's last exception (none: unbounded)
+        windows_ok = node == 0  # every exception on the path came after a complete window
     for _ in range(K):
         path_ok = node_ok & path_ok.gather(1, up)
         path_exceptions = node_exceptions + path_exceptions.gather(1, up)
         path_regret = node_regret + path_regret.gather(1, up)
+        if fly:
+            since_up = since.gather(1, up)
+            windows_ok = windows_ok.gather(1, up) & (~exception | (since_up >= window))
+            since = torch.where(exception, 0, since_up + 1)
     # Both totals only grow along a path, so checking them per node keeps acceptance prefix-closed.
     # A path without exceptions needs no check (strict rows stay strict whatever ``remaining`` holds).
     within_gates = ((~traits.capped[:, None] | (path_exceptions <= cap[:, None]))
                     & (~traits.block_limited[:, None] | (path_regret <= remaining[:, None])))
     accepted = path_ok & ((path_exceptions == 0) | within_gates)
+    if fly:  # fly: no path ends inside a window
+        accepted &= windows_ok & (since >= window)
 
     # Deepest accepted node; ties: smaller path regret, then smaller node index.
     accepted_depth = torch.where(accepted, node_depth, -1)

@@ -84,3 +84,17 @@ def test_scope_fields_in_arms():
     assert Arm.from_dict(b.to_dict()) == b
     with pytest.raises(ValueError, match="asd_strict_spans is SPAN"):
         arms.parse_arm("x:asd_strict_spans=<a>|")
+
+
+def test_fly_arms_carry_every_fly_field():
+    """The FLy comparison's arms: ``--arms`` passes fly's fields as typed JSON values (the window an
+    integer), and ``--rules`` sweeps fly over its entropy threshold and fly-bounded over its budget."""
+    fly, bounded = arms.parse_arms("fly:asd_budget=8,asd_rule=fly,asd_fly_entropy_threshold=0.3,asd_fly_window_size=6,"
+                                   "asd_fly_entropy_top_k=3;flyb2:asd_budget=2,asd_rule=fly-bounded")
+    assert fly.fields == {"asd_budget": 8, "asd_rule": "fly", "asd_fly_entropy_threshold": 0.3,
+                          "asd_fly_window_size": 6, "asd_fly_entropy_top_k": 3}
+    assert isinstance(fly.fields["asd_fly_window_size"], int) and bounded.fields["asd_rule"] == "fly-bounded"
+    by = {a.label: a.fields for a in arms.rule_arms("fly=0.3|1,fly-bounded=2")}
+    assert by == {"fly0.3": {"asd_rule": "fly", "asd_budget": 8.0, "asd_fly_entropy_threshold": 0.3},
+                  "fly1": {"asd_rule": "fly", "asd_budget": 8.0, "asd_fly_entropy_threshold": 1.0},
+                  "fly-bounded2": {"asd_rule": "fly-bounded", "asd_budget": 2.0}}

@@ -108,7 +108,7 @@ def test_each_rule_on_the_openai_routes_and_streams(servers, rule):
 @pytest.mark.server_group("eagle")
 def test_bad_rule_fields_are_400_naming_field_and_value(servers):
     server = servers.get("eagle")
-    cases = [({"asd_rule": "fuzzy"}, "asd_rule must be one of asd, local, margin, threshold, got 'fuzzy'"),
+    cases = [({"asd_rule": "fuzzy"}, "asd_rule must be one of asd, local, margin, threshold, fly, fly-bounded, got 'fuzzy'"),
              ({"asd_rule": "margin", "asd_margin": 3}, "asd_margin must be a finite number in [0, 2], got 3"),
              ({"asd_threshold": 0.5}, "asd_threshold does not apply to asd_rule=asd")]
     for fields, message in cases:

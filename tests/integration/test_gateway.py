@@ -172,7 +172,7 @@ def test_what_the_gateway_drops_is_visible_and_bad_fields_are_refused(gateway):
     ans = ask(gw.url, "generate", bad)
     assert ans.status == 400 and "asd_budget must be a finite number in [0, 64], got -1" in ans.error
     ans = ask(gw.url, "chat", body_for("chat", "x", gw.model, {"asd_budget": 8, "asd_rule": "fuzzy"}))
-    assert ans.status == 400 and "asd_rule must be one of asd, local, margin, threshold, got 'fuzzy'" in ans.error
+    assert ans.status == 400 and "asd_rule must be one of asd, local, margin, threshold, fly, fly-bounded, got 'fuzzy'" in ans.error
     ans = ask(gw.url, "completions", body_for("completions", "x", "default", {"asd_budget": 8}))
     assert ans.status == 404 and "default" in ans.error  # smg routes OpenAI requests by the served model's name
 

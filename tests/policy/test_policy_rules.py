@@ -31,20 +31,26 @@ SETTINGS = settings(max_examples=250, deadline=None, derandomize=True)
 
 
 def test_rules_and_their_defaults():
-    assert RULE_NAMES == ("asd", "local", "margin", "threshold")
+    assert RULE_NAMES == ("asd", "local", "margin", "threshold", "fly", "fly-bounded")
     assert ASDConfig().rule == "asd" and RULES["asd"].version == "asd-1"
-    assert [RULES[r].version for r in RULE_NAMES] == ["asd-1", "local-1", "margin-1", "threshold-1"]
+    assert [RULES[r].version for r in RULE_NAMES] == ["asd-1", "local-1", "margin-1", "threshold-1", "fly-1",
+                                                      "fly-bounded-1"]
     assert (ASDConfig().margin, ASDConfig().threshold) == (1.0, 0.5)
     assert ASDConfig(rule="margin").rule_gate == 1.0 and ASDConfig(rule="threshold").rule_gate == 0.5
     assert ASDConfig(rule="local", gate=0.125).rule_gate == 0.125
     assert ASDConfig(rule="margin", margin=2).parameters() == {"margin": 2.0}
     assert ASDConfig(rule="local").parameters() == {"gate": 0.25, "max_exceptions_per_block": 2}
-    assert [r for r in RULE_NAMES if RULES[r].ledger] == ["asd"]
+    assert [r for r in RULE_NAMES if RULES[r].ledger] == ["asd", "fly-bounded"]
+    # fly: vLLM's defaults (threshold 0.3, top-3; window 0 = min(6, K - 1)); threshold 0 is not strict
+    assert ASDConfig(rule="fly").parameters() == {"fly_entropy_threshold": 0.3, "fly_entropy_top_k": 3,
+                                                  "fly_window_size": 0}
+    assert ASDConfig(rule="fly", fly_entropy_threshold=0).allows_exceptions
+    assert ASDConfig(rule="fly-bounded", fly_window_size=2, fly_entropy_top_k=5).device_columns == (0.3, 2, 5.0)
 
 
 @pytest.mark.parametrize("kwargs,message", [
-    (dict(rule="fuzzy"), "rule must be one of asd, local, margin, threshold, got 'fuzzy'"),
-    (dict(rule=None), "rule must be one of asd, local, margin, threshold, got None"),
+    (dict(rule="fuzzy"), "rule must be one of asd, local, margin, threshold, fly, fly-bounded, got 'fuzzy'"),
+    (dict(rule=None), "rule must be one of asd, local, margin, threshold, fly, fly-bounded, got None"),
     (dict(margin=-1), "margin must be a finite number >= 0, got -1"),
     (dict(threshold=math.inf), "threshold must be a finite number >= 0, got inf"),
     (dict(threshold="1"), "threshold must be a finite number >= 0, got '1'"),

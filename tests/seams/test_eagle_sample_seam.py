@@ -125,17 +125,20 @@ def _admit_rules(step, rules):
 
     slots = list(range(1, BS + 1, 2))
     names = [rules[i % len(rules)] for i in range(len(slots))]
-    gates = [0.5 if r in ("asd", "local") else 4.0 for r in names]
-    step.table.admit(slots, [object() for _ in slots], [8.0] * len(slots), gates, [2] * len(slots),
-                     [{0}] * len(slots), rule=[RULE_ID[r] for r in names])
+    fly = [r.startswith("fly") for r in names]  # fly rows: threshold 0 (the gate column), window 1 (cap), top-3 (power)
+    gates = [0.0 if f else 0.5 if r in ("asd", "local") else 4.0 for r, f in zip(names, fly)]
+    step.table.admit(slots, [object() for _ in slots], [8.0] * len(slots), gates, [1 if f else 2 for f in fly],
+                     [{0}] * len(slots), rule=[RULE_ID[r] for r in names], power=[3.0 if f else 0.0 for f in fly])
     return names, torch.tensor(gates)
 
 
+@pytest.mark.parametrize("rules", [("asd", "local", "margin", "threshold"), ("fly", "asd", "fly-bounded", "margin")],
+                         ids=["regret-rules", "fly"])
 @pytest.mark.parametrize("branch", [_greedy_eagle_sample, _sampling_eagle_sample], ids=["greedy", "sampling"])
-def test_each_row_takes_its_own_rule_and_only_asd_rows_are_charged(step, monkeypatch, branch):
+def test_each_row_takes_its_own_rule_and_only_ledger_rows_are_charged(step, monkeypatch, branch, rules):
     from sglang_asd.verify.rules import RULE_ID
 
-    names, gates = _admit_rules(step, ["asd", "local", "margin", "threshold"])
+    names, gates = _admit_rules(step, list(rules))
     _forbid_host_sync(monkeypatch)
     predict, accept_lens, accept_index = seam.eagle_sample_around(branch, step.verify_input, step.batch,
                                                                   step.logits_output)
@@ -146,14 +149,18 @@ def test_each_row_takes_its_own_rule_and_only_asd_rows_are_charged(step, monkeyp
     rule[rows] = torch.tensor([RULE_ID[n] for n in names], dtype=torch.int32)
     gate = torch.zeros(BS)
     gate[rows] = gates
+    is_fly = (rule == RULE_ID["fly"]) | (rule == RULE_ID["fly-bounded"])
     want = asd_verify(r.candidates, r.logits, r.retrieve_next_token, r.retrieve_next_sibling,
-                      torch.where(rows, 8.0, 0.0), gate, torch.where(rows, 2, 0).int(), K,
-                      stop_tokens=torch.zeros((BS, 1), dtype=torch.int64), rule=rule)
+                      torch.where(rows, 8.0, 0.0), gate, torch.where(rows, torch.where(is_fly, 1, 2), 0).int(), K,
+                      stop_tokens=torch.zeros((BS, 1), dtype=torch.int64), rule=rule,
+                      fly_top_k=torch.where(is_fly, 3.0, 0.0))
     strict = strict_verify(r.candidates, r.logits, r.retrieve_next_token, r.retrieve_next_sibling, K)
     assert torch.equal(accept_index, torch.where(rows[:, None], want.accept_index, strict[1]))
     assert torch.equal(accept_lens - 1, torch.where(rows, want.num_correct_drafts, strict[2]))
-    is_asd = rule == RULE_ID["asd"]
+    is_asd = (rule == RULE_ID["asd"]) | (rule == RULE_ID["fly-bounded"])  # the rules with a ledger
     assert torch.equal(step.table.remaining[1:], torch.where(rows, 8.0 - torch.where(is_asd, want.spent, 0.0), 0.0))
+    if "fly" in rules:
+        assert want.num_exceptions[rows & is_fly].sum() > 0, "fly rows must have deferred something"
     assert want.spent[rows & ~is_asd].sum() > 0, "the uncharged rules must have spent something"
     aux = step.logits_output.auxiliary_device_output
     assert torch.equal(aux.exception_regret.sum(1), torch.where(rows, want.spent, 0.0)), "spent reported for every rule"

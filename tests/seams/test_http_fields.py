@@ -147,7 +147,7 @@ def test_generate_top_level_applies_to_every_sampling_params_of_a_batch():
     ({"text": "hi", "asd_budget": True}, "got True"),
     ({"text": "hi", "asd_budget": "8", "sampling_params": dict(GEN)}, "got '8'"),
     ({"text": ["a"], "asd_budget": 65, "sampling_params": [dict(GEN)]}, "got 65"),
-    ({"text": "hi", "asd_rule": "fuzzy"}, "asd_rule must be one of asd, local, margin, threshold, got 'fuzzy'"),
+    ({"text": "hi", "asd_rule": "fuzzy"}, "asd_rule must be one of asd, local, margin, threshold, fly, fly-bounded, got 'fuzzy'"),
     ({"text": "hi", "asd_gate": 0.5}, "asd_gate"),
     ({"text": "hi", "asd_margin": 0.1}, "asd_margin does not apply to asd_rule=asd"),
     # a bad value is refused as such, at whichever place, also when the other place holds a good one

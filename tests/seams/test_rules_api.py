@@ -21,10 +21,10 @@ def test_server_flags_for_rules():
                           "--asd-threshold=0.25", "--port", "1"])
     assert (s.config.rule, s.allowed_rules, s.config.margin, s.config.threshold) == ("local", ("asd", "local"), 3.0, 0.25)
     assert rest == ["--port", "1"]
-    assert ASDServerSettings().allowed_rules == ("asd", "local", "margin", "threshold")
+    assert ASDServerSettings().allowed_rules == ("asd", "local", "margin", "threshold", "fly", "fly-bounded")
     with pytest.raises(ValueError, match=r"^asd_rule must be one of asd_allowed_rules \(asd\), got 'margin'$"):
         split_argv(["--asd-rule", "margin", "--asd-allowed-rules", "asd"])
-    with pytest.raises(ValueError, match=r"^asd_rule must be one of asd, local, margin, threshold, got 'mars'$"):
+    with pytest.raises(ValueError, match=r"^asd_rule must be one of asd, local, margin, threshold, fly, fly-bounded, got 'mars'$"):
         split_argv(["--asd-rule", "mars"])
     with pytest.raises(ValueError, match=r"^asd_margin must be a finite number >= 0, got -1.0$"):
         split_argv(["--asd-margin", "-1"])
@@ -40,8 +40,8 @@ def test_rule_fields_are_validated_and_moved_on_every_route(path):
 
 
 @pytest.mark.parametrize("fields,message", [
-    ({"asd_rule": "fuzzy"}, "asd_rule must be one of asd, local, margin, threshold, got 'fuzzy'"),
-    ({"asd_rule": 3}, "asd_rule must be one of asd, local, margin, threshold, got 3"),
+    ({"asd_rule": "fuzzy"}, "asd_rule must be one of asd, local, margin, threshold, fly, fly-bounded, got 'fuzzy'"),
+    ({"asd_rule": 3}, "asd_rule must be one of asd, local, margin, threshold, fly, fly-bounded, got 3"),
     ({"asd_rule": "margin", "asd_margin": 2.5}, "asd_margin must be a finite number in [0, 2], got 2.5"),
     ({"asd_rule": "margin", "asd_margin": math.nan}, "asd_margin must be a finite number in [0, 2], got nan"),
     ({"asd_rule": "threshold", "asd_threshold": -1}, "asd_threshold must be a finite number in [0, 1], got -1"),
@@ -168,3 +168,51 @@ def test_the_scheduler_reads_any_custom_params_with_at_most_a_value_error(rule):
     for params in ([1], "asd_budget", 3):
         with pytest.raises(ValueError, match="custom_params must be an object"):
             RequestASD.from_custom_params(params, S)
+
+
+FLY_SERVER = ASDServerSettings(config=ASDConfig(fly_entropy_threshold=0.3, fly_entropy_top_k=3, fly_window_size=2))
+
+
+@pytest.mark.parametrize("fields,message", [
+    ({"asd_rule": "fly", "asd_fly_entropy_threshold": 0.2},
+     "asd_fly_entropy_threshold must be a finite number >= 0.3 (the server's), got 0.2"),
+    ({"asd_rule": "fly", "asd_fly_entropy_threshold": math.inf}, "asd_fly_entropy_threshold must be a finite number >= 0, got inf"),
+    ({"asd_rule": "fly", "asd_fly_entropy_top_k": 4}, "asd_fly_entropy_top_k must be an integer in [1, 3], got 4"),
+    ({"asd_rule": "fly", "asd_fly_entropy_top_k": 0}, "asd_fly_entropy_top_k must be an integer in [1, 3], got 0"),
+    ({"asd_rule": "fly-bounded", "asd_fly_window_size": 1},
+     "asd_fly_window_size must be an integer >= 2 (the server's), got 1"),
+    ({"asd_rule": "fly", "asd_fly_window_size": True}, "asd_fly_window_size must be an integer >= 0, got True"),
+    ({"asd_fly_window_size": 3}, "asd_fly_window_size does not apply to asd_rule=asd (its parameters: asd_gate, "
+                                 "asd_max_exceptions_per_block)"),
+    ({"asd_rule": "fly", "asd_threshold": 0.5}, "asd_threshold does not apply to asd_rule=fly (its parameters: "
+                                                "asd_fly_entropy_threshold, asd_fly_entropy_top_k, asd_fly_window_size)"),
+])
+def test_bad_fly_fields_name_the_field_and_the_value(fields, message):
+    with pytest.raises(ValueError) as e:
+        rewrite_body("/v1/chat/completions", {"messages": [], **fields}, FLY_SERVER)
+    assert str(e.value) == message
+
+
+def test_fly_flags_requests_and_receipts():
+    s, rest = split_argv(["--asd-fly-entropy-threshold", "0.5", "--asd-fly-entropy-top-k", "5",
+                          "--asd-fly-window-size=3", "--asd-rule", "fly-bounded", "--port", "1"])
+    assert (s.config.rule, s.config.fly_entropy_threshold, s.config.fly_entropy_top_k, s.config.fly_window_size) == (
+        "fly-bounded", 0.5, 5, 3) and rest == ["--port", "1"]
+    with pytest.raises(ValueError, match=r"^asd_fly_entropy_top_k must be an integer in \[1, 32\], got 33$"):
+        split_argv(["--asd-fly-entropy-top-k", "33"])
+    out = rewrite_body("/generate", {"sampling_params": {"asd_budget": 2, "asd_rule": "fly", "asd_fly_window_size": 4,
+                                                         "asd_fly_entropy_top_k": 2}}, s)
+    assert out["sampling_params"]["custom_params"] == {"asd_budget": 2.0, "asd_rule": "fly", "asd_fly_window_size": 4,
+                                                       "asd_fly_entropy_top_k": 2}
+    # under the server's window 0 (min(6, K - 1)), a request may choose any window
+    assert RequestASD.from_custom_params({"asd_rule": "fly", "asd_fly_window_size": 1}, ASDServerSettings()).config \
+        .fly_window_size == 1
+    choice = RequestASD.from_custom_params({"asd_rule": "fly", "asd_budget": 0}, s)
+    assert choice.is_strict and not RequestASD.from_custom_params({"asd_rule": "fly", "asd_budget": 1}, s).is_strict
+    for rule, remaining in (("fly", None), ("fly-bounded", 1.5)):
+        led = RequestLedger(choice=RequestASD(4.0, ASDConfig(rule=rule)))
+        led.record(pos=3, draft=11, target=21, regret=2.5)
+        r = led.receipt()
+        assert (r["rule"], r["spent"], r["remaining"]) == (f"{rule}-1", 2.5, remaining)
+        assert (r["fly_entropy_threshold"], r["fly_entropy_top_k"], r["fly_window_size"]) == (0.3, 3, 0)
+        assert led.device_remaining == (4.0 if remaining is None else remaining)

@@ -5,7 +5,9 @@ log-probabilities under the parent's ``log_softmax`` (float64), log p(argmax) - 
 which equals the logit gap (spec section 2); ``node_margins`` the target's top-2 margin the same
 way. ``reference_outputs`` runs ``select_tree`` row by row, each row under its rule (``rules``:
 a rule name per row; the row's ``gate`` is the rule's gate: g, the margin or the threshold), and
-lays the decisions out as ``ASDVerifyOutput``'s fields.
+lays the decisions out as ``ASDVerifyOutput``'s fields; fly rows run ``select_tree_fly`` on the
+verifier's own float32 entropies (``fly_entropies``: the decision logic is what the parity tests
+compare; ``tests/verify/test_fly_verify.py`` holds those entropies to the float64 definition).
 """
 
 from __future__ import annotations
@@ -15,7 +17,9 @@ from typing import List, Optional
 import torch
 
 from sglang_asd.policy import RULE_NAMES, RULES, ASDConfig, Ledger, select_tree, tree_depth
+from sglang_asd.policy.fly import select_tree_fly
 from sglang_asd.testing import VerifyRound
+from sglang_asd.verify.torch_verify import _top_k_entropy
 
 
 def node_regrets(rnd: VerifyRound, target_predict: torch.Tensor) -> List[List[float]]:
@@ -50,13 +54,24 @@ def node_margins(rnd: VerifyRound, target_predict: torch.Tensor) -> List[List[fl
     return gap.float().view(bs, W).tolist()
 
 
-def rule_config(rule: str, gate: float, cap: int) -> ASDConfig:
-    """The config of a row whose rule is ``rule`` and whose ``gate`` column holds ``gate``."""
+def fly_entropies(rnd: VerifyRound, fly_top_k: Optional[torch.Tensor] = None) -> List[List[float]]:
+    """entropy[b][n]: the verifier's FLy entropy at node n (top-k 3 unless ``fly_top_k`` [bs])."""
+    bs = rnd.candidates.shape[0]
+    top_k = torch.full((bs,), 3) if fly_top_k is None else fly_top_k
+    return _top_k_entropy(rnd.logits.cpu(), top_k.long().cpu()).tolist()
+
+
+def rule_config(rule: str, gate: float, cap: int, top_k: int = 3) -> ASDConfig:
+    """The config of a row whose rule is ``rule`` and whose ``gate`` column holds ``gate`` (fly:
+    ``cap`` is the window, ``top_k`` the entropy's)."""
+    if RULES[rule].deferred:
+        return ASDConfig(rule=rule, fly_entropy_threshold=gate, fly_window_size=cap, fly_entropy_top_k=top_k)
     return ASDConfig(max_exceptions_per_block=cap, rule=rule, **{RULES[rule].gate_field: gate})
 
 
 def reference_outputs(rnd: VerifyRound, target_predict: Optional[torch.Tensor] = None,
-                      rules: Optional[List[str]] = None, tree_depth_gate: bool = False) -> dict:
+                      rules: Optional[List[str]] = None, tree_depth_gate: bool = False,
+                      fly_top_k: Optional[torch.Tensor] = None) -> dict:
     """select_tree on every row, as the tensors ``asd_verify`` must return (on the CPU).
     rules: a rule name per row (default asd); tree_depth_gate: the gate's K is the tree's depth."""
     bs, W = rnd.candidates.shape
@@ -65,6 +80,8 @@ def reference_outputs(rnd: VerifyRound, target_predict: Optional[torch.Tensor] =
     tp = rnd.logits.argmax(-1).view(bs, W) if target_predict is None else target_predict.long()
     regrets = node_regrets(rnd, tp)
     margins = node_margins(rnd, tp)
+    entropies = fly_entropies(rnd, fly_top_k) if any(RULES[r].deferred for r in rules) else None
+    top_ks = [3] * bs if fly_top_k is None else fly_top_k.tolist()
     tp_rows = tp.cpu().tolist()
     tokens = rnd.candidates.cpu().tolist()
     stops = [[]] * bs if rnd.stop_tokens is None else rnd.stop_tokens.cpu().tolist()
@@ -76,18 +93,24 @@ def reference_outputs(rnd: VerifyRound, target_predict: Optional[torch.Tensor] =
     exception_regret = [[0.0] * K for _ in range(bs)]
     num_correct, spent, num_exceptions, num_suffix = [], [], [], []
     for b in range(bs):
-        decision = select_tree(
-            tokens=tokens[b],
-            parents=rnd.parents[b],
-            target_argmax=tp_rows[b],
-            regret=regrets[b],
-            depth=K,
-            ledger=Ledger(budget=max(remaining[b], 0.0), bounded=RULES[rules[b]].ledger),
-            config=rule_config(rules[b], gate[b], cap[b]),
-            stop_tokens=frozenset(stops[b]) - {-1},
-            target_margin=margins[b],
-            gate_depth=tree_depth(rnd.parents[b], K) if tree_depth_gate else None,
-        )
+        ledger = Ledger(budget=max(remaining[b], 0.0), bounded=RULES[rules[b]].ledger)
+        config = rule_config(rules[b], gate[b], cap[b], int(top_ks[b]))
+        if config.traits.deferred:
+            decision = select_tree_fly(tokens[b], rnd.parents[b], tp_rows[b], regrets[b], entropies[b], K, ledger,
+                                       config, frozenset(stops[b]) - {-1})
+        else:
+            decision = select_tree(
+                tokens=tokens[b],
+                parents=rnd.parents[b],
+                target_argmax=tp_rows[b],
+                regret=regrets[b],
+                depth=K,
+                ledger=ledger,
+                config=config,
+                stop_tokens=frozenset(stops[b]) - {-1},
+                target_margin=margins[b],
+                gate_depth=tree_depth(rnd.parents[b], K) if tree_depth_gate else None,
+            )
         nodes = (0,) + decision.path  # the node at slot s; slot i + 1 holds draft position i
         emitted = list(decision.accepted) + [decision.bonus]
         for s, node in enumerate(nodes):

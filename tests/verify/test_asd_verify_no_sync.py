@@ -28,3 +28,18 @@ def test_asd_verify_does_not_sync(no_host_sync, shape, K, W):
     asd_verify(*args, **kwargs, target_predict=tp)
     asd_verify(*args)
     strict_verify(*rnd.strict_links())
+
+
+@pytest.mark.parametrize("shape,K,W", [("chain", 5, 6), ("eagle", 4, 8)])
+def test_every_rule_in_one_batch_does_not_sync(no_host_sync, shape, K, W):
+    """Each row under its own rule, fly and fly-bounded included (the entropy pass, the window totals)."""
+    from sglang_asd.policy import RULE_NAMES
+    from sglang_asd.verify.rules import RULE_ID
+
+    rnd = make_round(seed=2, bs=16, W=W, K=K, shape=shape, topk=3)
+    args, kwargs = rnd.args()
+    rule = torch.tensor([RULE_ID[RULE_NAMES[b % len(RULE_NAMES)]] for b in range(16)], dtype=torch.int32)
+    top_k = torch.full((16,), 3.0)
+    no_host_sync()
+    asd_verify(*args, **kwargs, rule=rule, fly_top_k=top_k)
+    asd_verify(*args, **kwargs, rule=rule, rules_present=frozenset(RULE_NAMES), fly_top_k=top_k)

@@ -1,4 +1,4 @@
-"""Every rule (asd, local, margin, threshold) in the batched verifier == the pure reference, row by
+"""Every rule (asd, local, margin, threshold, fly, fly-bounded) in the batched verifier == the pure reference, row by
 row, each row under its own rule in one batch; every rule with budget 0 or its gate 0 == strict."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import pytest
 import torch
 from reference_oracle import node_margins, node_regrets, reference_outputs, rule_ids
 
-from sglang_asd.policy import RULE_NAMES
+from sglang_asd.policy import RULE_NAMES, RULES
 from sglang_asd.testing import make_round, sglang_strict_result
 from sglang_asd.verify import asd_verify
 from sglang_asd.verify.rules import rows_on
@@ -26,18 +26,24 @@ def with_rules(rnd, seed, rules=None):
     bs = rnd.candidates.shape[0]
     rules = rules or [rng.choice(RULE_NAMES) for _ in range(bs)]
     gate = rnd.gate.clone()
+    cap = rnd.cap.clone()
     for b, r in enumerate(rules):
         if r in ("margin", "threshold") and gate[b] > 0:
             gate[b] = rng.choice([0.125, 0.25, 0.5, 1.0, 2.0])
-    rnd.gate = gate
+        if RULES[r].deferred:  # fly: an entropy threshold (top-3 entropy is at most ln 3) and a window
+            gate[b] = rng.choice([0.0, 0.25, 0.5, 0.75, 1.0])
+            cap[b] = rng.choice([0, 1, 1, 2, 3])
+    rnd.gate, rnd.cap = gate, cap
     return rules
 
 
-def check(rnd, rules, target_predict=None, tree_depth_gate=False, exact_floats=True, rules_present=None):
+def check(rnd, rules, target_predict=None, tree_depth_gate=False, exact_floats=True, rules_present=None,
+          fly_top_k=None):
     args, kwargs = rnd.args(target_predict=target_predict)
     out = asd_verify(*args, **kwargs, rule=rule_ids(rules), rules_present=rules_present,
-                     tree_depth_gate=tree_depth_gate)
-    expected = reference_outputs(rnd, target_predict, rules=rules, tree_depth_gate=tree_depth_gate)
+                     tree_depth_gate=tree_depth_gate, fly_top_k=fly_top_k)
+    expected = reference_outputs(rnd, target_predict, rules=rules, tree_depth_gate=tree_depth_gate,
+                                 fly_top_k=fly_top_k)
     for name in FIELDS:
         got, want = getattr(out, name), expected[name]
         assert got.dtype == want.dtype, name
@@ -119,6 +125,9 @@ def test_budget_zero_or_gate_zero_is_strict_for_every_rule(rule, shape, K, W, to
             off = torch.arange(48) % 2 == 0
             rnd.remaining = torch.where(off, 0.0, 8.0)
             rnd.gate = torch.where(off, 1.0, 0.0)
+        if RULES[rule].deferred:  # fly: only B 0 switches it off (threshold 0 is its loosest setting)
+            rnd.cap = torch.full_like(rnd.cap, 1)
+            rnd.remaining = torch.zeros_like(rnd.remaining)
         assert not rows_on(rnd.remaining, rnd.gate, rnd.cap, rule_ids([rule] * 48)).any()
         args, kwargs = rnd.args()
         out = asd_verify(*args, **kwargs, rule=rule_ids([rule] * 48))
@@ -128,7 +137,7 @@ def test_budget_zero_or_gate_zero_is_strict_for_every_rule(rule, shape, K, W, to
         assert not out.exception_mask.any() and not out.spent.any()
 
 
-@pytest.mark.parametrize("rule", RULE_NAMES)
+@pytest.mark.parametrize("rule", [r for r in RULE_NAMES if not RULES[r].deferred])  # fly: test_fly_verify.py
 def test_stop_tokens_and_masked_tokens_are_never_exceptions_under_any_rule(rule):
     bs, K, V = 8, 4, 16
     W = K + 1

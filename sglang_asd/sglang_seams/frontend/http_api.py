@@ -1,7 +1,8 @@
 """The HTTP side of ASD: the request fields and the receipts in responses (launcher process).
 
 Request fields ``asd_budget``, ``asd_rule``, ``asd_gate``, ``asd_max_exceptions_per_block``,
-``asd_margin``, ``asd_threshold`` and the sampled rule's ``asd_sampled_floor``, ``asd_sampled_power``,
+``asd_margin``, ``asd_threshold``, fly's ``asd_fly_entropy_threshold``, ``asd_fly_entropy_top_k``,
+``asd_fly_window_size``, the sampled rule's ``asd_sampled_floor``, ``asd_sampled_power``,
 ``asd_sampled_max_relaxed_per_block`` and the scope's ``asd_strict_prefix``, ``asd_scope``,
 ``asd_strict_spans`` (docs/CONTRACTS.md):
 - native ``/generate``: top level, where it applies to every ``sampling_params`` of the request (each
@@ -52,6 +53,9 @@ from sglang_asd.policy.config import shown
 from sglang_asd.sglang_seams.state.request_ledger import (
     BUDGET_KEY,
     CAP_KEY,
+    FLY_THRESHOLD_KEY,
+    FLY_TOP_K_KEY,
+    FLY_WINDOW_KEY,
     GATE_KEY,
     MARGIN_KEY,
     REQUEST_KEYS,
@@ -114,6 +118,8 @@ def validate_fields(fields: dict, settings: ASDServerSettings) -> dict:
     config = choice.config
     validated = {BUDGET_KEY: choice.budget, RULE_KEY: config.rule, GATE_KEY: config.gate,
                  CAP_KEY: config.max_exceptions_per_block, MARGIN_KEY: config.margin, THRESHOLD_KEY: config.threshold,
+                 FLY_THRESHOLD_KEY: config.fly_entropy_threshold, FLY_TOP_K_KEY: config.fly_entropy_top_k,
+                 FLY_WINDOW_KEY: config.fly_window_size,
                  SAMPLED_FLOOR_KEY: choice.sampled.floor, SAMPLED_POWER_KEY: choice.sampled.power,
                  SAMPLED_CAP_KEY: choice.sampled.max_relaxed_per_block,
                  STRICT_PREFIX_KEY: choice.scope.strict_prefix, SCOPE_KEY: choice.scope.scope,

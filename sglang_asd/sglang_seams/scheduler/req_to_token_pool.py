@@ -118,12 +118,12 @@ def _scope_row(req, produced: int):
 
 def _columns(ledger) -> tuple:
     """A request's (gate, cap, power) columns: the sampled rule's (floor, cap, power) for a sampled
-    request, else its greedy rule's (gate, cap, 0)."""
+    request, else its greedy rule's (``ASDConfig.device_columns``: gate, cap, 0; fly: threshold,
+    window, top-k)."""
     if ledger.sampled:
         sampled = ledger.choice.sampled
         return sampled.floor, sampled.max_relaxed_per_block, sampled.power
-    config = ledger.choice.config
-    return config.rule_gate, config.max_exceptions_per_block, 0.0
+    return ledger.choice.config.device_columns
 
 
 def _report_active(table: ASDLedgerTable) -> None:

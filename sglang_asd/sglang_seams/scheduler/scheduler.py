@@ -9,7 +9,9 @@
   speculative decoding, unsupported mode; for a sampled request, ``sampling_reason``: this
   process's SGLang verifies sampled rows greedily or not at all through the hooked sampler,
   rejection sampling, or thresholds other than 1). A sampled request's ledger is the sampled
-  rule's (``asd-sampled-1``: the budget in nats of KL, ``policy/sampled.py``).
+  rule's (``asd-sampled-1``: the budget in nats of KL, ``policy/sampled.py``), except under
+  fly, which this project serves for greedy requests only: a sampled fly request is served as
+  stock SGLang samples it, its fly receipt saying ``fly_sampled``.
 - Upstream: SGLang documents this method as the "extension point for request-local state".
 
 ``Scheduler.get_output_streamer_class`` (AROUND, scheduler process)
@@ -44,6 +46,7 @@ from typing import Optional
 
 from sglang_asd.hooks.registry import Seam
 from sglang_asd.sglang_seams.state.request_ledger import (
+    REASON_FLY_SAMPLED,
     REASON_NO_SPEC,
     REASON_REJECTION_SAMPLING,
     REASON_SAMPLING,
@@ -76,6 +79,8 @@ def _reason(choice: RequestASD, sampling_params, spec_enabled: bool, unsupported
         return REASON_NO_SPEC
     if unsupported is not None:
         return unsupported
+    if _is_sampled(sampling_params) and choice.config.traits.deferred:  # fly is greedy-only here
+        return REASON_STRICT if choice.budget <= 0 else REASON_FLY_SAMPLED
     if _is_sampled(sampling_params):  # where the sampled rule cannot run, say so first (even at budget 0)
         if spec_algorithm is not None and (spec_algorithm.is_dspark() or spec_algorithm.is_dflash_family()
                                            or spec_algorithm.is_uno()):
@@ -142,7 +147,8 @@ def create_generation_req_around(original, self, recv_req, *args, **kwargs):
             logger.warning("request %s: %s; serving it strictly", req.rid, e)
             choice = RequestASD.strict()
     reason = _reason(choice, params, not self.spec_algorithm.is_none(), _unsupported_mode(), self.spec_algorithm)
-    req.asd_ledger = RequestLedger(choice=choice, reason=reason, sampled=_is_sampled(params),
+    sampled = _is_sampled(params) and not choice.config.traits.deferred  # fly: its own receipt, with its reason
+    req.asd_ledger = RequestLedger(choice=choice, reason=reason, sampled=sampled,
                                    max_events=runtime.settings.max_receipt_events, markers=markers)
     if runtime.metrics is not None:
         runtime.metrics.observe_request(reason, rule=req.asd_ledger.rule)

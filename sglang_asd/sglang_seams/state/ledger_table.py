@@ -10,7 +10,8 @@ walks exactly like SGLang's sampling verifier.
 A sampled request's row (rule ``asd-sampled``, ``verify.rules.SAMPLED_RULE_ID``) uses the same
 columns with the sampled rule's meaning: ``remaining`` = B - spent in nats of KL (charged like
 asd's), ``gate`` = the floor tau, ``cap`` = relaxed nodes per block, and ``power`` (a = q ** power),
-the one column only sampled rows use (0 elsewhere). The greedy verifier never decides such a row
+the one column only sampled rows use (0 elsewhere). A fly row (``verify.rules``, ``deferred``)
+holds its entropy threshold in ``gate``, its window in ``cap`` and its entropy top-k in ``power``. The greedy verifier never decides such a row
 (``verify.rules.rows_on``), and the sampled verifier only such rows (``sampled_rows_on``).
 
 Ordering: every device write is issued by the verify step, on the stream that runs it.
@@ -180,11 +181,12 @@ class ASDLedgerTable:
               rule: Optional[Sequence[int]] = None, power: Optional[Sequence[float]] = None,
               produced: Optional[Sequence[int]] = None, scope: Optional[Sequence[Optional[tuple]]] = None) -> None:
         """Stage the rows of requests that took (or were lent) these slots. ``rule``: rule ids
-        (default asd); ``power``: sampled rows' power (default 0); ``produced``: output tokens
-        committed before the row's first verify (default 0; see the module docstring); ``scope``:
-        per row None (unscoped) or (strict prefix, state, require, forbid, marker ops as
-        (token, set, clear, toggle) tuples), ``policy.scope.Markers`` at admission. A row is an ASD row when the
-        caller's rule admits exceptions on it (remaining, gate > 0 and, for a capped rule, cap > 0),
+        (default asd); ``power``: sampled rows' power, fly rows' entropy top-k (default 0); ``produced``:
+        output tokens committed before the row's first verify (default 0; see the module docstring);
+        ``scope``: per row None (unscoped) or (strict prefix, state, require, forbid, marker ops as
+        (token, set, clear, toggle) tuples), ``policy.scope.Markers`` at admission. A row is an ASD row
+        when the caller's rule admits exceptions on it (remaining, gate > 0 or a fly rule, and, for a
+        capped rule, cap > 0),
         as ``verify.rules.rows_on`` / ``sampled_rows_on`` decide."""
         rule = [0] * len(slots) if rule is None else rule
         power = [0.0] * len(slots) if power is None else power
@@ -196,7 +198,8 @@ class ASDLedgerTable:
                                _NO_SCOPE if sc is None else sc)
             self._forget(s)
             capped = k == SAMPLED_RULE_ID or RULES[RULE_NAMES[k]].capped
-            if r > 0 and g > 0 and (c > 0 or not capped):
+            deferred = k != SAMPLED_RULE_ID and RULES[RULE_NAMES[k]].deferred  # fly: any threshold
+            if r > 0 and (g > 0 or deferred) and (c > 0 or not capped):
                 self.owner[s] = o
                 self._host_rows[s] = True
                 self._rule_of[s] = int(k)

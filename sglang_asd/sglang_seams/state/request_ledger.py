@@ -33,6 +33,10 @@ CAP_KEY = "asd_max_exceptions_per_block"
 RULE_KEY = "asd_rule"
 MARGIN_KEY = "asd_margin"
 THRESHOLD_KEY = "asd_threshold"
+FLY_THRESHOLD_KEY = "asd_fly_entropy_threshold"
+FLY_TOP_K_KEY = "asd_fly_entropy_top_k"
+FLY_WINDOW_KEY = "asd_fly_window_size"
+FLY_KEYS = (FLY_THRESHOLD_KEY, FLY_TOP_K_KEY, FLY_WINDOW_KEY)
 SAMPLED_FLOOR_KEY = "asd_sampled_floor"
 SAMPLED_POWER_KEY = "asd_sampled_power"
 SAMPLED_CAP_KEY = "asd_sampled_max_relaxed_per_block"
@@ -41,7 +45,7 @@ STRICT_PREFIX_KEY = "asd_strict_prefix"
 SCOPE_KEY = "asd_scope"
 STRICT_SPANS_KEY = "asd_strict_spans"
 SCOPE_KEYS = (STRICT_PREFIX_KEY, SCOPE_KEY, STRICT_SPANS_KEY)
-REQUEST_KEYS = (BUDGET_KEY, GATE_KEY, CAP_KEY, RULE_KEY, MARGIN_KEY, THRESHOLD_KEY) + SAMPLED_KEYS + SCOPE_KEYS
+REQUEST_KEYS = (BUDGET_KEY, GATE_KEY, CAP_KEY, RULE_KEY, MARGIN_KEY, THRESHOLD_KEY) + FLY_KEYS + SAMPLED_KEYS + SCOPE_KEYS
 
 # Why ASD did not apply to a request.
 REASON_STRICT = "strict"  # the request's choice is strict greedy: budget 0, its rule's gate 0, or cap 0
@@ -49,6 +53,7 @@ REASON_SAMPLING = "sampling"  # a sampled request where the sampled rule cannot 
 REASON_THRESHOLDS = "thresholds"  # sampled: SGLang's --speculative-accept-threshold-single/-acc are not 1
 REASON_REJECTION_SAMPLING = "rejection_sampling"  # sampled: --speculative-use-rejection-sampling
 REASON_NO_SPEC = "no_speculative_decoding"
+REASON_FLY_SAMPLED = "fly_sampled"  # a sampled request chose fly: served as stock SGLang samples (fly is greedy here)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -87,7 +92,8 @@ class RequestASD:
             config=settings.config.tightened(
                 gate=params.get(GATE_KEY), max_exceptions_per_block=params.get(CAP_KEY), rule=params.get(RULE_KEY),
                 margin=params.get(MARGIN_KEY), threshold=params.get(THRESHOLD_KEY),
-                allowed_rules=settings.allowed_rules),
+                fly_entropy_threshold=params.get(FLY_THRESHOLD_KEY), fly_entropy_top_k=params.get(FLY_TOP_K_KEY),
+                fly_window_size=params.get(FLY_WINDOW_KEY), allowed_rules=settings.allowed_rules),
             sampled=settings.sampled.tightened(
                 floor=params.get(SAMPLED_FLOOR_KEY), power=params.get(SAMPLED_POWER_KEY),
                 max_relaxed_per_block=params.get(SAMPLED_CAP_KEY)),

@@ -35,9 +35,10 @@ The step, numbered as in the code:
    ``decide_sampled``: the sampled rows (``asd-sampled-1``, docs/SAMPLED.md) with
    ``asd_sampled_verify`` on the same coins and processed probabilities SGLang's sampling kernel
    used (rows other than the sampled ones get remaining 0: SGLang's walk), on fresh buffers.
-3. ``settle``: the device ledger is charged in one write (asd rows: their regret; sampled rows:
-   their KL, ``spent`` of the sampled verifier; strict rows spend 0, padding rows map to the
-   all-zero slot 0, local rows keep B for the next block, margin and threshold have no ledger),
+3. ``settle``: the device ledger is charged in one write (asd and fly-bounded rows: their regret;
+   sampled rows: their KL, ``spent`` of the sampled verifier; strict rows spend 0, padding rows map
+   to the all-zero slot 0, local rows keep B for the next block, margin, threshold and fly have no
+   ledger),
    and the round's receipts (``ASDRoundOutput.of_round``, ``with_sampled``) are left on the step;
    ``attach`` hands them to SGLang with the batch's logits output, copied to the host with the
    batch's tokens and consumed once SGLang has committed them (``state/round_output.py``).
@@ -57,8 +58,9 @@ per-round outputs of rounds whose tokens were committed, so a request finished i
 charged for the round N+1 it was still part of (the device charge of that round only lowers a
 finished request's row, which its release zeroes). The rules add no ordering of their own: a
 row's rule id is written only with its admission (staged, applied by ``open``), the kernel choice
-reads the host view that matches exactly the rows applied at this step's issue, and only asd and
-sampled rows' ``remaining`` changes from round to round. Host views (``rules_active``,
+reads the host view that matches exactly the rows applied at this step's issue, and only asd,
+fly-bounded and sampled rows' ``remaining`` changes from round to round (fly's window is a test
+inside one block's logits: it carries nothing from round to round but that charge). Host views (``rules_active``,
 ``sampled_active``, ``holds_asd``) are host state: the step never syncs with the device.
 
 Tensor parallelism. Every rank runs the step on its own logits and ledger table; the ledgers stay
@@ -189,7 +191,8 @@ def decide(step: VerifyStep, candidates: torch.Tensor, logits: torch.Tensor, ret
         check_variant(candidates, logits, depth, r.stop_tokens, target_predict, step.rules_active)
     out = asd_verify(candidates, logits, retrieve_next_token, retrieve_next_sibling, r.remaining, r.gate, r.cap,
                      depth, stop_tokens=r.stop_tokens, target_predict=target_predict, rule=r.rule,
-                     rules_present=step.rules_active, tree_depth_gate=tree_depth_gate, scope=r.scope)
+                     rules_present=step.rules_active, tree_depth_gate=tree_depth_gate, fly_top_k=r.power,
+                     scope=r.scope)
     step.decision = rank_consistent(out, step.group)
     return step.decision
 
@@ -259,7 +262,7 @@ def settle(step: VerifyStep, candidates: torch.Tensor, depth: int, sglang_result
     if step.sampled is not None:  # the sampled rows' KL
         remaining = remaining - torch.where(step.sampled_active, step.sampled.spent, torch.zeros_like(step.sampled.spent))
     bs = step.slots.shape[0]
-    charged = step.active & row_traits(r.rule, bs, r.rule.device).ledger  # asd rows only
+    charged = step.active & row_traits(r.rule, bs, r.rule.device).ledger  # asd and fly-bounded rows only
     step.table.charge(step.slots, remaining - torch.where(charged, out.spent, torch.zeros_like(out.spent)))
     # Output tokens committed this round, every row: SGLang's merged count where it gives one (a
     # tree: greedy and sampled rows merged), else the decision's (a chain's ASD rows; its other
