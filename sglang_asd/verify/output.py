@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+from typing import Optional
 
 import torch
 
@@ -15,7 +16,8 @@ class ASDVerifyOutput:
     path's node at depth d = i + 1, judged under the target argmax of the path node at depth i.
     Slot s = 0..K of ``accept_index`` holds the path node at depth s (the root at slot 0).
     With K = 0 (SGLang's adaptive zero-step verify, W = 1) they are ``[bs, 0]``.
-    Every tensor is freshly allocated on the input device.
+    Every tensor is freshly allocated on the input device. ``scope_skipped`` is None unless a scope
+    was given: an unscoped verify (the fused kernels) spends no launch on it.
     """
 
     predict: torch.Tensor  # [bs*W] int32: token emitted after each node on the accepted path (bonus at the last); 0 off the path, as in SGLang
@@ -27,4 +29,4 @@ class ASDVerifyOutput:
     exception_regret: torch.Tensor  # [bs, K] float32: its regret (0 elsewhere)
     target_token: torch.Tensor  # [bs, K] int64: the target argmax judging draft position i for i <= num_correct_drafts (the bonus at i == num_correct_drafts); -1 beyond
     num_suffix_tokens: torch.Tensor  # [bs] int32: exact tokens accepted after the first exception (suffix reuse)
-    scope_skipped: torch.Tensor  # [bs] int32: nodes hanging from the accepted path that the rule's node gates passed but the row's scope did not allow (``verify.scope``; 0 without a scope)
+    scope_skipped: Optional[torch.Tensor] = None  # [bs] int32: nodes hanging from the accepted path that the rule's node gates passed but the row's scope did not allow (``verify.scope``); None: the batch had no scope

@@ -281,5 +281,4 @@ def _outputs(
         exception_regret=exception_regret,
         target_token=torch.where(position <= num_correct, target_on_path[:, :K], -1),
         num_suffix_tokens=(accepted_position & ~exception_mask & after_first_exception).sum(dim=1, dtype=torch.int32),
-        scope_skipped=torch.zeros(bs, dtype=torch.int32, device=device),
     )

@@ -46,7 +46,7 @@ def broadcast_decision(out, group: Optional[dist.ProcessGroup] = None, src: int 
     tensors (``ASDVerifyOutput``, or the sampled verifier's ``SampledVerifyOutput``). Every rank
     must call it with outputs of the same shapes and dtypes (same bs, W, K), as every TP rank does
     in a verify step."""
-    names = [f.name for f in dataclasses.fields(out)]
+    names = [f.name for f in dataclasses.fields(out) if getattr(out, f.name) is not None]  # None: on every rank
     # Packing order: int64 fields first so that their int32 words start at an even offset.
     order = sorted(names, key=lambda name: getattr(out, name).dtype != torch.int64)
     packed = torch.cat([_as_words(getattr(out, name)) for name in order])
@@ -58,7 +58,7 @@ def broadcast_decision(out, group: Optional[dist.ProcessGroup] = None, src: int 
         n = like.numel() * (2 if like.dtype == torch.int64 else 1)
         fields[name] = _from_words(packed[offset:offset + n], like)
         offset += n
-    return type(out)(**fields)
+    return dataclasses.replace(out, **fields)
 
 
 def rank_consistent(out, group: Optional[dist.ProcessGroup]):

@@ -287,7 +287,7 @@ def _no_exception(predict, accept_index, num_correct_drafts, depth: int) -> ASDV
         spent=torch.zeros(bs, dtype=torch.float32, device=accept_index.device),
         num_exceptions=torch.zeros_like(num_correct_drafts), exception_mask=zeros.bool(), exception_regret=zeros,
         target_token=torch.full((bs, depth), -1, dtype=torch.int64, device=accept_index.device),
-        num_suffix_tokens=torch.zeros_like(num_correct_drafts), scope_skipped=torch.zeros_like(num_correct_drafts))
+        num_suffix_tokens=torch.zeros_like(num_correct_drafts))
 
 
 def advance_zero_step(batch, roots: torch.Tensor) -> None:
