@@ -121,6 +121,7 @@ class VerifyStep:
     depth: int = 0  # K
     tree_depth_gate: bool = False  # NGRAM: the gate's K is each row's tree depth
     max_children: Optional[int] = None  # host: EAGLE's topk bounding a node's children; None: W - 1
+    tp_sync: Optional[object] = None  # a block drafter's ``SpecTpSync`` (its accept picks ``group`` by site)
     # Set as the step runs:
     branch: Optional[Branch] = None  # the SGLang path that ran (None: none yet)
     decision: Optional[ASDVerifyOutput] = None  # the greedy rows' decision (every rank's)
@@ -222,14 +223,19 @@ def chain_links(bs: int, W: int, device, verify_lens: Optional[torch.Tensor] = N
 
 
 def decide_chain(step: VerifyStep, candidates: torch.Tensor, logits: torch.Tensor,
-                 verify_lens: Optional[torch.Tensor] = None):
+                 verify_lens: Optional[torch.Tensor] = None, sync_site: Optional[str] = None):
     """Steps 2 and 3 for a block drafter's accept: ``decide`` on the chain, then ``settle``.
 
     ``candidates`` [bs, W] int64 (anchor, then K drafts), ``logits`` [bs*W, V] final,
-    ``verify_lens`` [bs] tokens each row verified, or None (all W).
+    ``verify_lens`` [bs] tokens each row verified, or None (all W); ``sync_site``: the
+    ``SpecTpSyncSite`` name SGLang's accept syncs this batch at (it depends on the batch: greedy,
+    sampled, selector), whose group, when ``step.tp_sync`` has that site on, the decision is
+    broadcast over (``accept_group``).
     -> ``num_correct_drafts`` [bs] int32, ``bonus`` [bs] int64, ``active`` [bs] bool: the values
     of the rows ASD decided (the caller keeps SGLang's for the others)."""
     step.branch = Branch.CHAIN
+    if step.tp_sync is not None and sync_site is not None:
+        step.group = accept_group(step.tp_sync, sync_site)
     bs, W = candidates.shape
     out = decide(step, candidates, logits, *chain_links(bs, W, candidates.device, verify_lens), W - 1,
                  tree_depth_gate=verify_lens is not None)
@@ -306,10 +312,11 @@ def accept_group(tp_sync, site: str):
                            "this sglang_asd does not support this SGLang version") from e
 
 
-def run_block_step(original, args: tuple, kwargs: dict, batch, group):
+def run_block_step(original, args: tuple, kwargs: dict, batch, tp_sync):
     """A block drafter's decode step: SGLang's ``original(*args, **kwargs)`` with the step published
-    (when the ledger table holds ASD rows), then the receipts its accept settled attached."""
-    step = open(batch, group)
+    (when the ledger table holds ASD rows), then the receipts its accept settled attached.
+    ``tp_sync``: the worker's ``SpecTpSync``; the accept picks the site (``decide_chain``)."""
+    step = open(batch, None, tp_sync=tp_sync)
     if step is None:
         return original(*args, **kwargs)
     with published(step):
