@@ -62,13 +62,20 @@ sampled rows' ``remaining`` changes from round to round. Host views (``rules_act
 ``sampled_active``, ``holds_asd``) are host state: the step never syncs with the device.
 
 Tensor parallelism. Every rank runs the step on its own logits and ledger table; the ledgers stay
-identical because every rank takes rank 0's decision where SGLang's ranks may differ
-(``verify.tp.rank_consistent`` over the caller's group, before the merge): EAGLE's greedy branch on
-ROCm (SGLang broadcasts its own greedy result there; on CUDA ranks agree by construction: no
-group); the sampling branch on every platform (softmax, top-k and top-p may differ in the last bit
-across ranks; SGLang broadcasts its sampled result after the kernel, which then carries rank 0's
-merged tokens); DSPARK and DFLASH where their accept sync site is on (``accept_group``). So every
-rank commits rank 0's tokens and charges rank 0's regret and KL.
+identical because every rank takes rank 0's decision exactly where SGLang makes every rank take rank
+0's result (``verify.tp.rank_consistent`` over the caller's group, before the merge; docs/CONTRACTS.md,
+"Tensor parallelism"): on EAGLE's ROCm greedy branch, UNO's sparse target sampling and the sampling
+branch (a batch holding a sampled request; its greedy rows are decided after SGLang's broadcast, so
+ASD's own broadcast makes them rank 0's; ``eagle_sample._broadcast_group`` reads SGLang's branch
+predicate), and for DSPARK and DFLASH at the sync site SGLang's accept picks for the batch, where
+``SGLANG_SPEC_TP_SYNC`` has it on (``decide_chain(sync_site=...)``, ``accept_group``). Elsewhere SGLang
+relies on every rank holding the same logits bits (gathered vocab-parallel logits), and so does ASD:
+no collective. So every rank commits rank 0's tokens and charges rank 0's regret and KL. The
+broadcast is issued on the step's stream with the rest of the step (one collective, no host sync),
+before ``settle`` charges the table, so the charge is rank 0's in stream order. The group is chosen
+from host state of the batch being verified (its ``sampling_info.is_all_greedy``, the drafter's
+branch flags), never from the previous batch's, so the overlap scheduler's one-step lag cannot pair
+a batch with another batch's group.
 
 Fused-kernel variants: the first call of each shape is checked against the start-up warm-up's
 list (``step/warmup.py``: a set lookup per step).
