@@ -280,7 +280,6 @@ def build_argv(argv: list[str]) -> tuple[server_settings.ASDServerSettings, list
         env.check_cpu_switches()  # a bad CPU switch is one line here, not a scheduler traceback
         check_cpu_sampler(rest, env.cpu_sampling())
         rest = cpu_defaults(rest)
-        bind_cpu_ranks(rest, "sglang_asd.launch_server")
     return settings, resolve_fixtures(rest)
 
 
@@ -297,6 +296,10 @@ def main(argv: list[str] | None = None) -> None:
     try:
         settings, sglang_argv = build_argv(argv)
         check_start(sglang_argv, asd_requested=asks_for_asd(argv))
+        from sglang_asd import cpu_backend
+
+        if cpu_backend.is_installed():
+            bind_cpu_ranks(sglang_argv, "sglang_asd.launch_server")
     except LaunchError as e:
         print(f"sglang_asd.launch_server: error: {e.message}", file=sys.stderr)
         raise
