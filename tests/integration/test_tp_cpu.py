@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import os
+import re
 import time
 
 import pytest
@@ -71,7 +72,9 @@ def test_stock_tp2_serves_and_equals_tp1(servers, stock):
     logits may differ in the last bits, which moves no argmax here)."""
     tp1 = servers.get("eagle", stock=True)
     log = stock.log_path.read_text(errors="replace")
-    assert "bound to cpus [0]" in log and "bound to cpus [1]" in log, "each rank must be bound to its own core"
+    bound = dict(re.findall(r"TP(\d)\] sglang_asd: bound to cpus \[([\d, ]+)\]", log))
+    cores = [set(bound.get(r, "").replace(",", " ").split()) for r in "01"]
+    assert all(cores) and not cores[0] & cores[1], f"each rank must be bound to cores of its own: {bound}"
     for prompt in PROMPTS:
         out = _greedy(stock, prompt)
         assert out["meta_info"]["spec_verify_ct"] > 0, "EAGLE must verify at TP 2"
@@ -138,7 +141,7 @@ def test_both_ranks_commit_rank_0s_decisions_and_keep_equal_ledgers(asd):
         for key in a:
             if key in ("perturbed", "logits_sum"):
                 continue
-            assert torch.equal(a[key], b[key]), f"step {i}: rank 1's {key} is not rank 0's (perturbed: {b['perturbed']})"
+            assert torch.equal(a[key], b[key]), f"step {i} (perturbed: {b['perturbed']}): rank 1's {key} is not rank 0's"
         remaining = a.get("table_remaining", torch.zeros(1))
         charged |= bool(((remaining > 0) & (remaining < 8)).any())
     assert charged, "no step charged a ledger row: the rank comparison saw no regret"

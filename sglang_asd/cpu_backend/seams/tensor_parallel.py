@@ -20,10 +20,11 @@ TP server on a CPU host with torch's CUDA wheel is set-up, fixed here.
 - Upstream: ``PyNcclCommunicator`` should disable itself for a CPU device. Removal: when it does.
 
 ``sglang.srt.distributed.bootstrap._init_cpu_threads_env``
-- Kind: AROUND; where ``SGLANG_CPU_OMP_THREADS_BIND`` is set (by the user, or by the launcher for
-  a TP server: ``launch_server.cpu_threads_bind``), binds this rank's OpenMP threads to its cores
-  (``torch.ops.sgl_kernel.init_cpu_threads_env``, the stand-in's plain-Python version), then calls
-  the original (which, without AMX, only logs that binding and shared-memory all-reduce are off).
+- Kind: AROUND; on a server of more than one rank, or where ``SGLANG_CPU_OMP_THREADS_BIND`` is set
+  (by the user, or by our launchers for more ranks than NUMA nodes: ``launch_server.cpu_threads_bind``),
+  binds this rank's OpenMP threads to the cores SGLang chose for it (its group of that variable, else
+  its NUMA node) with ``torch.ops.sgl_kernel.init_cpu_threads_env`` (the stand-in's plain-Python
+  version), then calls the original (which, without AMX, only logs that binding and shared-memory all-reduce are off).
 - Why: SGLang binds a rank to its cores only on an AMX or arm64 CPU. Unbound, every rank of a TP
   server starts as many threads as the host has cores, and two ranks spinning on the same cores
   serve many times slower than one bound rank per core.
@@ -54,9 +55,17 @@ def nccl_library_around(original, self, *args, **kwargs):
 def init_cpu_threads_env_around(original, *args, local_omp_cpuid=None, **kwargs):
     import torch
 
-    if local_omp_cpuid and os.environ.get(THREADS_BIND_ENV, "").strip():
+    if local_omp_cpuid and (os.environ.get(THREADS_BIND_ENV, "").strip() or _ranks() > 1):
         logger.info("sglang_asd: %s", torch.ops.sgl_kernel.init_cpu_threads_env(local_omp_cpuid))
     return original(*args, local_omp_cpuid=local_omp_cpuid, **kwargs)
+
+
+def _ranks() -> int:
+    """Scheduler processes of this server (SGLang's count for its thread binding)."""
+    from sglang.srt.runtime_context import get_parallel
+
+    parallel = get_parallel()
+    return parallel.dp_size * parallel.tp_size * parallel.pp_size
 
 
 def hooks() -> list:
