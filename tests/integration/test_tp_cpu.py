@@ -53,12 +53,18 @@ def _batch(server, prompts, params: list[dict]) -> list[dict]:
 
 
 def _trace(server) -> list[list[dict]]:
-    """Both ranks' traces, as of a ``/flush_cache`` issued now (each rank writes its own)."""
+    """Both ranks' traces, as of a ``/flush_cache`` issued now (each rank writes its own). SGLang refuses a
+    flush (HTTP 400) while its scheduler still holds a request, which it may for a moment after the
+    client has every answer: retried, and only the traces of the flush that succeeded are read."""
     paths = [os.path.join(TP_TRACE_DIR, f"rank{r}.pt") for r in range(2)]
-    before = [os.path.getmtime(p) if os.path.exists(p) else 0.0 for p in paths]
-    r = requests.post(server.url + "/flush_cache", timeout=60)
-    assert r.status_code == 200, r.text
     deadline = time.time() + 60
+    while True:
+        before = [os.path.getmtime(p) if os.path.exists(p) else 0.0 for p in paths]
+        r = requests.post(server.url + "/flush_cache", timeout=60)
+        if r.status_code == 200:
+            break
+        assert r.status_code == 400 and time.time() < deadline, f"/flush_cache: HTTP {r.status_code}: {r.text[:200]}"
+        time.sleep(1.0)
     while time.time() < deadline:
         if all(os.path.exists(p) and os.path.getmtime(p) > b for p, b in zip(paths, before)):
             return [torch.load(p) for p in paths]
