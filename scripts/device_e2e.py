@@ -24,6 +24,8 @@ is recorded as ``skipped: time``):
   3        one batch of greedy ASD rows, sampled rows with a budget (the sampled rule) and without
   4        --speculative-adaptive, batch 16, ASD rows: no crash
   5        SGLANG_CRASH_ON_TRITON_LOAD_AFTER_READY=1: no Triton kernel loaded after ready
+  tp       two GPUs: the EAGLE chain at --tp-size 2, budget 0 == stock TP 2, slot churn receipts
+           (skipped with fewer than two GPUs)
   standin  no sgl_kernel name without a stand-in was called
   6        verify-step overhead at Llama-3.1-8B's shape (synthetic weights), strict vs budget 8, bs 1/8/32
   7        scripts/device_verify_bench.py, if time is left
@@ -64,6 +66,7 @@ PLAN = {
     "3": (("asd_eagle_chain",), 30, "mixed sampled + ASD rows"),
     "4": (("asd_adaptive",), 40, "--speculative-adaptive, bs 16"),
     "5": (("asd_triton_watch",), 40, "no Triton load after ready"),
+    "tp": (("stock_eagle_chain_tp2", "asd_eagle_chain_tp2"), 45, "TP 2 (two GPUs): budget 0 == stock, churn"),
     "standin": ((), 1, "no stand-in-less sgl_kernel call"),
     "6": (("asd_llama31_8b_shape",), 170, "verify overhead at Llama-3.1-8B shape"),
     "7": ((), 90, "verify-kernel bench"),
@@ -156,6 +159,15 @@ def plan_json(selected, specs) -> list:
                          for n in PLAN[s][0]]} for s in selected]
 
 
+def gpu_count() -> int:
+    try:
+        import torch
+
+        return torch.cuda.device_count()
+    except Exception:
+        return 0
+
+
 def platform_info(probe_gpu: bool = True) -> dict:
     info = {"python": platform.python_version(), "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
             "env": lib.env_summary()}
@@ -193,9 +205,15 @@ def main(argv=None) -> int:
     log_dir = pathlib.Path(args.logs)
     log_dir.mkdir(parents=True, exist_ok=True)
     budget = lib.Budget(args.budget_s)
+    gpus = 0 if args.cpu else gpu_count()
+    no_tp = "tp" in args.steps and not args.cpu and gpus < 2  # a CPU pre-validation serves TP 2 on two cores
+    if no_tp:
+        args.steps = [s for s in args.steps if s != "tp"]
     specs = server_specs(args.steps)
     rec = lib.Recorder(out, {"dry_run": False, "budget_s": args.budget_s, "plan": plan_json(args.steps, specs),
                              **platform_info()})
+    if no_tp:
+        rec.add("tp", None, 0.0, {"gpus": gpus}, skipped=f"needs two GPUs, found {gpus}")
     try:  # the stand-in, in this process too (step 6 times SGLang's verify path)
         from sglang_asd import cpu_backend
 
@@ -224,6 +242,7 @@ def main(argv=None) -> int:
         "3": lambda: steps.mixed_sampling(pool, sampling_verify=not args.cpu),
         "4": lambda: steps.adaptive(pool),
         "5": lambda: steps.triton_watch(pool),
+        "tp": lambda: steps.tensor_parallel(pool, n=8 if args.cpu else 16, n_churn=30 if args.cpu else 100),
         "standin": lambda: steps.standin_missing(out),
         "6": lambda: _speed(pool, out, args),
         "7": lambda: verify_bench(out, budget),

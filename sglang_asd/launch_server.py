@@ -137,6 +137,57 @@ def cpu_defaults(argv: list[str]) -> list[str]:
     return argv + extra
 
 
+THREADS_BIND_ENV = "SGLANG_CPU_OMP_THREADS_BIND"  # SGLang's: one "|"-separated group of cores per rank
+RANK_FLAGS = (("--tp-size", "--tensor-parallel-size"), ("--pp-size", "--pipeline-parallel-size"),
+              ("--dp-size", "--data-parallel-size"))
+
+
+def cpu_threads_bind(argv: list[str]) -> str | None:
+    """The ``SGLANG_CPU_OMP_THREADS_BIND`` a CPU server with more ranks than NUMA nodes needs, or None.
+
+    SGLang's CPU path gives each rank (``tp * pp * dp`` scheduler processes) one NUMA node unless
+    that variable lists each rank's cores, and stops at start-up when there are more ranks than
+    nodes (one node, e.g. a laptop or a small VM, and ``--tp-size 2``). Unset, and with more ranks
+    than nodes, this splits the cores this process may run on into one contiguous group per rank
+    ("0|1" for two ranks on two cores; the stand-in binds each rank's threads to its group:
+    ``cpu_backend/seams/tensor_parallel.py``). Refuses, in one line, fewer cores than ranks. None
+    where the user set the variable, where one rank runs, or where SGLang's own default (one node per
+    rank) applies."""
+    if os.environ.get(THREADS_BIND_ENV, "").strip():
+        return None
+    sizes = []
+    for flags in RANK_FLAGS:
+        value = next((v for v in (_flag_value(argv, f) for f in flags) if v is not None), "1")
+        try:
+            sizes.append(int(value))
+        except ValueError:
+            return None  # SGLang's parser says so
+    ranks = sizes[0] * sizes[1] * sizes[2]
+    if ranks <= 1:
+        return None
+    from sglang.srt.utils.common import get_cpu_ids_by_node
+
+    if ranks <= len(get_cpu_ids_by_node()):
+        return None
+    cores = sorted(os.sched_getaffinity(0))
+    if len(cores) < ranks:
+        raise LaunchError(f"--tp-size {sizes[0]} (with --pp-size {sizes[1]}, --dp-size {sizes[2]}) starts {ranks} "
+                          f"ranks, but this process may run on {len(cores)} CPU core(s): one core per rank is the "
+                          f"least; set {THREADS_BIND_ENV} (one group of cores per rank, '|'-separated) to share them")
+    per = len(cores) // ranks
+    return "|".join(",".join(map(str, cores[i * per:(i + 1) * per])) for i in range(ranks))
+
+
+def bind_cpu_ranks(argv: list[str], prog: str) -> None:
+    """Set ``SGLANG_CPU_OMP_THREADS_BIND`` for the children when ``cpu_threads_bind`` says it is
+    needed, and say so on stderr (the launchers, on CPU, before any child starts)."""
+    bind = cpu_threads_bind(argv)
+    if bind is not None:
+        os.environ[THREADS_BIND_ENV] = bind
+        print(f"{prog}: {THREADS_BIND_ENV}={bind} (one group of cores per rank; set it to choose)",
+              file=sys.stderr, flush=True)
+
+
 # Algorithms that draft an EAGLE tree (``--speculative-eagle-topk`` branches per step) and verify it in
 # ``run_eagle_verify`` (NEXTN is SGLang's alias of EAGLE).
 EAGLE_TREE_ALGORITHMS = ("EAGLE", "EAGLE3", "NEXTN", "STANDALONE")
@@ -248,6 +299,10 @@ def main(argv: list[str] | None = None) -> None:
         if settings.scope.scope == "reasoning" and not _flag_value(sglang_argv, "--reasoning-parser"):
             raise LaunchError("--asd-scope reasoning needs --reasoning-parser (the reasoning span's think tokens "
                               "come from SGLang's reasoning parser for the served model)")
+        from sglang_asd import cpu_backend
+
+        if cpu_backend.is_installed():
+            bind_cpu_ranks(sglang_argv, "sglang_asd.launch_server")
     except LaunchError as e:
         print(f"sglang_asd.launch_server: error: {e.message}", file=sys.stderr)
         raise

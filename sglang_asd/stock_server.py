@@ -22,7 +22,7 @@ import sys  # noqa: E402
 
 def main(argv: list[str] | None = None) -> None:
     from sglang_asd import cpu_backend
-    from sglang_asd.launch_server import LaunchError, cpu_defaults, resolve_fixtures
+    from sglang_asd.launch_server import LaunchError, _merge_config, bind_cpu_ranks, cpu_defaults, resolve_fixtures
 
     try:
         argv = resolve_fixtures(sys.argv[1:] if argv is None else argv)
@@ -38,6 +38,11 @@ def main(argv: list[str] | None = None) -> None:
             print(f"sglang_asd.stock_server: error: {e}", file=sys.stderr)
             raise SystemExit(2)
         argv = cpu_defaults(argv)
+        try:
+            bind_cpu_ranks(_merge_config(argv), "sglang_asd.stock_server")
+        except LaunchError as e:
+            print(f"sglang_asd.stock_server: error: {e.message}", file=sys.stderr)
+            raise
         from sglang_asd.cpu_backend.seams import install_launcher_cpu_hooks, platform
 
         platform.apply()

@@ -6,6 +6,7 @@ the least recently used one is stopped to start another. ASD servers always expo
 
 from __future__ import annotations
 
+import tempfile
 from typing import NamedTuple
 
 import pytest
@@ -50,6 +51,9 @@ CONFIGS = {
     # bf16 (the CPU launcher's default dtype): linear layers with float32 accumulation (cpu_backend/seams/cpu_paths.py)
     "eagle_bf16": ["--model-path", "fixture:tiny-llama", "--speculative-algorithm", "EAGLE",
                    "--speculative-draft-model-path", "fixture:tiny-eagle-noisy", *SPEC_TINY, "--dtype", "bfloat16"],
+    # tensor parallelism over two CPU ranks (gloo; cpu_backend/seams/tensor_parallel.py), one core each
+    "eagle_tp2": ["--model-path", "fixture:tiny-llama", "--speculative-algorithm", "EAGLE",
+                  "--speculative-draft-model-path", "fixture:tiny-eagle-noisy", *SPEC_TINY, "--tp-size", "2"],
 }
 
 # sglang-asd flags of a configuration (the stock server of the same name runs without them).
@@ -59,6 +63,7 @@ ASD_ARGS = {
     "eagle": ["--asd-margin", "2", "--asd-threshold", "1"],
     "dspark": ["--asd-margin", "2", "--asd-threshold", "1"],
     "dflash": ["--asd-margin", "2", "--asd-threshold", "1"],
+    "eagle_tp2": ["--asd-margin", "2", "--asd-threshold", "1"],
     "standalone_fix": ["--asd-standalone-draft-fix"],
     "standalone_self": ["--asd-standalone-draft-fix"],
 }
@@ -68,7 +73,13 @@ ASD_ARGS = {
 # GPU install: a fresh child that must bootstrap itself and install and verify its hooks.
 # The bf16 servers test the float32-accumulate path on every CPU (``auto`` would take torch's bf16
 # kernel on one with bf16 instructions) and SGLang's spawn start.
-CONFIG_ENV = {"eagle_bf16": {"SGLANG_ASD_CPU_START_METHOD": "spawn", "SGLANG_ASD_CPU_GEMM": "fp32-accumulate"}}
+# The TP pair: the ASD server's ranks trace every verify step and rank 1 perturbs its logits in batches SGLang
+# verifies on its sampling branch (tests/tp_asd_server.py; the stock server ignores both).
+TP_TRACE_DIR = tempfile.mkdtemp(prefix="sglang_asd_tp_trace_")
+CONFIG_ENV = {"eagle_bf16": {"SGLANG_ASD_CPU_START_METHOD": "spawn", "SGLANG_ASD_CPU_GEMM": "fp32-accumulate"},
+              "eagle_tp2": {"SGLANG_ASD_TEST_TP_TRACE": TP_TRACE_DIR, "SGLANG_ASD_TEST_PERTURB_RANK": "1"}}
+# Test-only server modules of a configuration: (stock, ASD).
+CONFIG_MODULES = {"eagle_tp2": ("sglang_asd.stock_server", "tests.tp_asd_server")}
 CPU_SAMPLING_ENV = "SGLANG_ASD_CPU_SAMPLING"  # cpu_backend/env.py (not imported here: it would import torch)
 
 MAX_ALIVE = 3
@@ -93,7 +104,8 @@ class Want(NamedTuple):
         if self.overlap:
             module = "tests.overlap_stock_server" if self.stock else "tests.overlap_asd_server"
         else:
-            module = "sglang_asd.stock_server" if self.stock else "sglang_asd.launch_server"
+            stock, asd = CONFIG_MODULES.get(self.config, ("sglang_asd.stock_server", "sglang_asd.launch_server"))
+            module = stock if self.stock else asd
         asd = [] if self.stock else ["--enable-metrics", *ASD_ARGS.get(self.config, ())]
         env = {**CONFIG_ENV.get(self.config, {}), CPU_SAMPLING_ENV: "on" if self.sampling else "off"}
         return module, (*CONFIGS[self.config], *asd, *self.extra), tuple(sorted(env.items()))
@@ -110,6 +122,7 @@ GROUP_SERVERS = {
     "paged_streaming": (Want("eagle", True, PAGED_STREAMING), Want("eagle", False, PAGED_STREAMING)),
     "overlap": (Want("eagle", overlap=True), Want("eagle", True, overlap=True)),
     "bf16": (Want("eagle_bf16", True), Want("eagle_bf16")),
+    "tp": (Want("eagle_tp2", True), Want("eagle_tp2"), Want("eagle", True)),
 }
 
 # Run order of the tests parametrized over ``algorithm``; tests marked ``server_group(NAME)`` with NAME

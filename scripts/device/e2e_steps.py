@@ -26,6 +26,9 @@ ROOT = pathlib.Path(__file__).resolve().parents[2]
 WARN_EVERY_LATE_LOAD = (("SGLANG_TRITON_LOAD_WARNING_THRESHOLD_GB", "1000000"),)
 
 
+TP2 = ["--tp-size", "2"]
+
+
 def make_servers(common: list, deterministic: bool = True) -> dict:
     """The servers of steps 1-5 (tiny fixtures) with ``common`` arguments appended (``deterministic``
     False drops ``--enable-deterministic-inference``, which SGLang refuses on CPU attention)."""
@@ -51,6 +54,9 @@ def make_servers(common: list, deterministic: bool = True) -> dict:
         # Exact drafts (every draft token is the target's argmax): ASD rows accept whole blocks.
         "asd_dspark_exact": spec("asd_dspark_exact", block_drafter("dspark", "exact")),
         "asd_dflash_exact": spec("asd_dflash_exact", block_drafter("dflash", "exact")),
+        # Tensor parallelism over two GPUs (step tp): the EAGLE chain at --tp-size 2.
+        "stock_eagle_chain_tp2": spec("stock_eagle_chain_tp2", EAGLE_CHAIN + DETERMINISTIC + TP2, stock=True),
+        "asd_eagle_chain_tp2": spec("asd_eagle_chain_tp2", EAGLE_CHAIN + DETERMINISTIC + TP2),
     }
 
 
@@ -99,6 +105,18 @@ def identity(pool: ServerPool, stock_name: str, asd_name: str, n: int = 32, max_
                               "asd": sum((a.get("meta_info") or {}).get("spec_verify_ct") or 0 for a in zero)},
             "first_difference": None if first is None else {"stock": _ids(stock)[first], "asd_budget0": _ids(zero)[first],
                                                             "asd_no_budget": _ids(none)[first]}}
+
+
+def tensor_parallel(pool: ServerPool, n: int = 16, n_churn: int = 100) -> dict:
+    """Step tp (two GPUs): the EAGLE chain at ``--tp-size 2``: budget 0 == stock TP 2 token for token
+    (``identity``), then slot churn with budgets (``churn``: every receipt within its budget). Every
+    rank commits rank 0's tokens and charges its regret where SGLang broadcasts (docs/CONTRACTS.md,
+    "Tensor parallelism"); a rank that did not would desynchronise the ranks' KV and stall or break
+    the next collective, which both checks would see."""
+    ident = identity(pool, "stock_eagle_chain_tp2", "asd_eagle_chain_tp2", n=n)
+    ch = churn(pool, "asd_eagle_chain_tp2", n=n_churn)
+    return {"ok": bool(ident.get("ok") and ch.get("ok")), "error": ident.get("error") or ch.get("error"),
+            "identity": ident, "churn": ch}
 
 
 DRAFT_RUNNER = ("draft runner. attention_backend=",)  # SGLang's DSpark / DFLASH start-up line

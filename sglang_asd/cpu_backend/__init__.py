@@ -40,8 +40,11 @@ Deliberately absent
     activations and rotary embeddings use SGLang's native-torch paths),
     ``fused_qk_norm_cpu`` (probed with ``hasattr``), the ``scalar_type``
     submodule (SGLang then uses its own fallback), ``__version__`` (SGLang
-    checks the version only on CUDA), the shared-memory collectives (tensor
-    parallel size must be 1) and every GPU op.
+    checks the version only on CUDA), the shared-memory collectives
+    (``shm_allreduce`` / ``shm_allgather``: SGLang calls them only on AMX or arm64
+    CPUs; elsewhere its TP all-reduce and all-gather are gloo's, which the stand-in
+    keeps: ``seams/tensor_parallel.py``; on arm64 ``initialize`` refuses more than
+    one rank) and every GPU op.
 
 Importable without SGLang; needs only torch.
 """

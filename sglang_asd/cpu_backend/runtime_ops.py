@@ -5,8 +5,9 @@ only when ``cpu_has_amx_support()`` or the host is arm64. With the stand-in,
 ``cpu_has_amx_support()`` is False (``convert_weight_packed`` is deliberately
 not provided), so on x86 they are never reached; on arm64 they let a single
 rank start. The shared-memory collectives (``shm_allreduce``/``shm_allgather``)
-are not provided, so ``initialize`` refuses more than one rank instead of
-failing later at the first all-reduce.
+are not provided, so there ``initialize`` refuses more than one rank instead of
+failing later at the first all-reduce. On x86 tensor parallelism runs over gloo
+(``seams/tensor_parallel.py`` binds each rank with ``init_cpu_threads_env``).
 """
 
 from __future__ import annotations

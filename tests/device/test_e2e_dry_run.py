@@ -13,8 +13,8 @@ import pytest
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "scripts" / "device_e2e.py"
-STEPS = ["0", "1a", "1b", "1c", "1d", "1e", "2_eagle", "2_ngram", "2_dspark", "2_dflash", "2_scope", "3", "4", "5", "standin",
-         "6", "7"]
+STEPS = ["0", "1a", "1b", "1c", "1d", "1e", "2_eagle", "2_ngram", "2_dspark", "2_dflash", "2_scope", "3", "4", "5", "tp",
+         "standin", "6", "7"]
 BLOCK = {"stock_dspark": "DSPARK", "asd_dspark": "DSPARK", "asd_dspark_exact": "DSPARK",
          "stock_dflash": "DFLASH", "asd_dflash": "DFLASH", "asd_dflash_exact": "DFLASH"}
 STEP_KEYS = {"name", "ok", "seconds", "details", "error"}
@@ -50,19 +50,24 @@ def test_every_server_argv_parses_with_sglang(report):
 def test_servers_keep_sglang_defaults_and_the_kit_supply(report):
     servers = {s["name"]: s for step in report["plan"] for s in step["servers"]}
     assert set(servers) == {"stock_eagle_chain", "asd_eagle_chain", "stock_eagle3_tree", "asd_eagle3_tree",
-                            "asd_ngram", "asd_adaptive", "asd_triton_watch", "asd_llama31_8b_shape", *BLOCK}
+                            "asd_ngram", "asd_adaptive", "asd_triton_watch", "asd_llama31_8b_shape", *BLOCK,
+                            "stock_eagle_chain_tp2", "asd_eagle_chain_tp2"}
     for name, s in servers.items():
         argv = s["argv"]
         assert "--disable-cuda-graph" not in argv and "--disable-overlap-schedule" not in argv, name
         assert argv[argv.index("--attention-backend") + 1] == "triton" and argv[argv.index("--device") + 1] == "cuda"
         assert s["module"] == ("sglang_asd.stock_server" if name.startswith("stock") else "sglang_asd.launch_server")
-    for step in ("1a", "1b", "1c", "1d"):
+    for step in ("1a", "1b", "1c", "1d", "tp"):
         for s in next(p for p in report["plan"] if p["step"] == step)["servers"]:
             assert "--enable-deterministic-inference" in s["argv"]
     tree = servers["asd_eagle3_tree"]["argv"]
     assert int(tree[tree.index("--speculative-eagle-topk") + 1]) > 1
     assert servers["asd_triton_watch"]["env"] == {"SGLANG_CRASH_ON_TRITON_LOAD_AFTER_READY": "1"}
     assert "--speculative-adaptive" in servers["asd_adaptive"]["argv"]
+    for name in ("stock_eagle_chain_tp2", "asd_eagle_chain_tp2"):  # step tp: the EAGLE chain's, at TP 2
+        argv = servers[name]["argv"]
+        i = argv.index("--tp-size")
+        assert argv[i + 1] == "2" and argv[:i] + argv[i + 2:] == servers[name.removesuffix("_tp2")]["argv"], name
 
 
 def test_steps_subset_and_unknown_step(tmp_path):
@@ -216,3 +221,28 @@ def test_the_kit_builds_every_fixture_its_servers_serve():
     from sglang_asd.fixtures.registry import FIXTURES
 
     assert served <= set(FIXTURES)
+
+
+SKIP_TP = """
+import json, sys
+sys.path.insert(0, "scripts")
+import device_e2e
+started = []
+device_e2e.gpu_count = lambda: 1
+device_e2e.platform_info = lambda probe_gpu=True: {}
+device_e2e.lib.ServerPool.start = lambda self, spec: started.append(spec.name)
+device_e2e.lib.run_steps_together = lambda rec, group, budget: None
+device_e2e.main(["--out", sys.argv[1], "--steps", "1a,tp", "--logs", sys.argv[1] + "/logs"])
+print(json.dumps(started))
+"""
+
+
+def test_the_tp_step_is_skipped_without_two_gpus(tmp_path):
+    """On a one-GPU (or GPU-less) machine step tp is recorded as skipped and starts no server."""
+    p = _run("-c", SKIP_TP, str(tmp_path), script=(sys.executable,))
+    assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-2000:]
+    started = json.loads(p.stdout.strip().splitlines()[-1])
+    report = json.loads((tmp_path / "e2e.json").read_text())
+    tp = next(s for s in report["steps"] if s["name"] == "tp")
+    assert tp["skipped"] == "needs two GPUs, found 1" and tp["ok"] is None
+    assert started == ["stock_eagle_chain", "asd_eagle_chain"], "no TP 2 server may start on one GPU"

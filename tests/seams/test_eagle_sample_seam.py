@@ -58,6 +58,7 @@ def step(monkeypatch):
     from sglang_asd.hooks.registry import resolve as _resolve
 
     monkeypatch.setattr(runtime, "_RUNTIME", None)
+    monkeypatch.setattr(verify_step, "tp_group", lambda: None)  # one rank
     runtime.set_runtime(ASDServerSettings())
     seam.check_signatures(_resolve(seam.EAGLE_SAMPLE), _resolve(seam.VERIFY_TREE_GREEDY))  # as install does
     rnd = make_round(seed=0, bs=BS, W=W, K=K, shape="eagle", topk=2, rows="asd", stop=False)
@@ -68,7 +69,8 @@ def step(monkeypatch):
                 [2] * len(asd_rows), [{0}] * len(asd_rows))
     batch = SimpleNamespace(req_to_token_pool=SimpleNamespace(_asd_table=table),
                             req_pool_indices=torch.arange(1, BS + 1), forward_mode=SimpleNamespace(is_idle=lambda: False),
-                            spec_algorithm=SimpleNamespace(is_ngram=lambda: False))
+                            spec_algorithm=SimpleNamespace(is_ngram=lambda: False),
+                            sampling_info=SimpleNamespace(is_all_greedy=True))
     verify_input = SimpleNamespace(max_tree_depth=K + 1, draft_token_num=W, draft_token=rnd.candidates.reshape(-1),
                                    retrieve_next_token=rnd.retrieve_next_token,
                                    retrieve_next_sibling=rnd.retrieve_next_sibling)

@@ -253,3 +253,35 @@ def test_linear_uno_is_refused_at_start_when_asd_is_asked_for(tmp_path):
     r = _run(["--model-path", str(tmp_path), "--speculative-algorithm", "UNO", "--speculative-eagle-topk", "4",
               "--asd-default-budget", "8"])
     assert "linear UNO" not in r.stderr
+
+
+@pytest.mark.parametrize("argv, cores, nodes, env, want", [
+    ([], [0, 1], 1, None, None),  # one rank
+    (["--tp-size", "2"], [0, 1], 1, None, "0|1"),
+    (["--tensor-parallel-size=2"], [0, 1, 2, 3], 1, None, "0,1|2,3"),
+    (["--tp-size", "2", "--dp-size", "2"], [4, 5, 6, 7, 8], 1, None, "4|5|6|7"),  # the cores this process may use
+    (["--tp-size", "2"], [0, 1, 2, 3], 2, None, None),  # SGLang's default: one NUMA node per rank
+    (["--tp-size", "2"], [0, 1], 1, "0-1|0-1", None),  # the user's choice stands
+])
+def test_cpu_ranks_get_one_group_of_cores_each(monkeypatch, argv, cores, nodes, env, want):
+    from sglang.srt.utils import common
+
+    monkeypatch.setattr(ls.os, "sched_getaffinity", lambda pid: set(cores))
+    monkeypatch.setattr(common, "get_cpu_ids_by_node", lambda: [str(i) for i in range(nodes)])
+    if env is None:
+        monkeypatch.delenv(ls.THREADS_BIND_ENV, raising=False)
+    else:
+        monkeypatch.setenv(ls.THREADS_BIND_ENV, env)
+    assert ls.cpu_threads_bind(argv) == want
+
+
+def test_more_cpu_ranks_than_cores_is_refused_in_one_line(monkeypatch):
+    from sglang.srt.utils import common
+
+    monkeypatch.setattr(ls.os, "sched_getaffinity", lambda pid: {0, 1})
+    monkeypatch.setattr(common, "get_cpu_ids_by_node", lambda: ["0,1"])
+    monkeypatch.delenv(ls.THREADS_BIND_ENV, raising=False)
+    with pytest.raises(ls.LaunchError) as e:
+        ls.cpu_threads_bind(["--tp-size", "4"])
+    assert "--tp-size 4" in e.value.message and "4 ranks" in e.value.message and "2 CPU core(s)" in e.value.message
+    assert "\n" not in e.value.message

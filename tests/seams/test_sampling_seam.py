@@ -60,6 +60,7 @@ def step(monkeypatch):
 
     monkeypatch.setattr(runtime, "_RUNTIME", None)
     monkeypatch.setattr(seam, "_sampling_group", lambda: None)  # one rank
+    monkeypatch.setattr(seam, "_broadcast_group", lambda batch: None)
     runtime.set_runtime(ASDServerSettings())
     seam.check_signatures(_resolve(seam.EAGLE_SAMPLE), _resolve(seam.VERIFY_TREE_GREEDY),
                           sampling.tree_speculative_sampling_target_only)  # SGLang's CUDA kernel's signature
@@ -177,7 +178,7 @@ def test_rank_zeros_receipts_are_every_ranks(step, monkeypatch):
 
     monkeypatch.setattr(verify_step, "rank_consistent", rank0)
     monkeypatch.setattr(seam, "_sampling_group", lambda: "group")
-    monkeypatch.setattr(seam, "_broadcast_group", lambda: None)
+    monkeypatch.setattr(seam, "_broadcast_group", lambda batch: None)
     seam.eagle_sample_around(_sampling_eagle_sample, step.verify_input, step.batch, step.logits_output)
     assert "group" in seen
     s = step.sampled

@@ -39,7 +39,8 @@ def _round(rank):
     coins, final = torch.rand(BS, W, generator=gen), torch.rand(BS, generator=gen)
     batch = SimpleNamespace(req_to_token_pool=SimpleNamespace(_asd_table=table), req_pool_indices=torch.arange(1, BS + 1),
                             forward_mode=SimpleNamespace(is_idle=lambda: False),
-                            spec_algorithm=SimpleNamespace(is_ngram=lambda: False))
+                            spec_algorithm=SimpleNamespace(is_ngram=lambda: False),
+                            sampling_info=SimpleNamespace(is_all_greedy=False))  # a batch holding sampled rows
     verify_input = SimpleNamespace(max_tree_depth=K + 1, draft_token_num=W, draft_token=rnd.candidates.reshape(-1),
                                    retrieve_index=torch.arange(BS * W).view(BS, W),
                                    retrieve_next_token=rnd.retrieve_next_token,
@@ -68,7 +69,12 @@ def _run(rank):
             dist.broadcast(t, src=0)
         return predict, num_correct + 1, accept_index
 
-    seam._sampling_group = lambda: dist.group.WORLD
+    from sglang.srt.speculative import eagle_utils
+
+    from sglang_asd.sglang_seams.step import verify_step
+
+    verify_step.tp_group = lambda: dist.group.WORLD  # the TP group, as SGLang's parallel state gives it
+    eagle_utils.get_spec = lambda: SimpleNamespace(speculative_use_rejection_sampling=False)
     logits_output = SimpleNamespace(next_token_logits=logits, auxiliary_device_output=None)
     _, accept_lens, accept_index = seam.eagle_sample_around(sampling_branch, verify_input, batch, logits_output)
     aux = logits_output.auxiliary_device_output

@@ -19,14 +19,16 @@ def _rows():
 
 
 def _cpu_hooks():
-    from sglang_asd.cpu_backend.seams import block_drafters, cpu_paths, pd_transfer, start_method
+    from sglang_asd.cpu_backend.seams import block_drafters, cpu_paths, pd_transfer, start_method, tensor_parallel
 
     bd = block_drafters  # its torch.Tensor.record_stream hook is listed under "Other interventions"
     drafters = [(bd.HANDLE_DSPARK, bd.handle_block_drafter_around), (bd.HANDLE_DFLASH, bd.handle_block_drafter_around),
                 (bd.DFLASH_VERIFY_INIT, bd.dflash_verify_init_around), (bd.EXTEND_KWARGS, bd.extend_forward_kwargs_around)]
     return [(cpu_paths.GET_LAST_LOC, cpu_paths.get_last_loc_around), *cpu_paths.linear_hooks(),
             (start_method.SET_ENVS_AND_CONFIG, start_method.set_envs_and_config_around), *drafters,
-            (pd_transfer.MOONCAKE_SENDER_INIT, pd_transfer.mooncake_sender_init_around)]
+            (pd_transfer.MOONCAKE_SENDER_INIT, pd_transfer.mooncake_sender_init_around),
+            (tensor_parallel.NCCL_LIBRARY_INIT, tensor_parallel.nccl_library_around),
+            (tensor_parallel.INIT_CPU_THREADS_ENV, tensor_parallel.init_cpu_threads_env_around)]
 
 
 def _sampling_hooks():

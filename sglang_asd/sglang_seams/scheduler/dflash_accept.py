@@ -4,8 +4,10 @@
   scheduler (every TP rank), in DFLASH's decode step.
   - ``forward_batch_generation``: in a decode step, opens and publishes the ASD verify step
     (``step/verify_step.py``, which holds the numbered step, its ordering under the overlap
-    scheduler and CUDA graphs, and TP; here with the group of SGLang's sync site
-    ``DFLASH_ACCEPT_GREEDY``), then attaches the round's receipts to the result's logits output.
+    scheduler and CUDA graphs, and TP), then attaches the round's receipts to the result's logits
+    output. TP: the decision is rank 0's where SGLang syncs this batch's accept (``accept_site``:
+    ``DFLASH_SELECTOR``, ``DFLASH_ACCEPT_SAMPLE`` or ``DFLASH_ACCEPT_GREEDY``, by SGLang's own
+    branch, each on or off by ``SGLANG_SPEC_TP_SYNC``).
   - ``_accept_block``: SGLang's ``(accept_len, commit_lens, bonus, out_tokens, new_seq_lens)``,
     then ``verify_step.decide_chain`` on candidates ``[bs, B]`` = anchor + ``B - 1`` drafts and
     the final logits, which charges the ledger. ASD rows take ASD's accepted length and bonus;
@@ -42,7 +44,7 @@ FORWARD = f"{_WORKER}.forward_batch_generation"
 ACCEPT_BLOCK = f"{_WORKER}._accept_block"
 SKIP_VERIFY_LOGITS = f"{_WORKER}._can_skip_verify_logits"
 FORWARD_ARGS = NamedArguments(FORWARD, ("self", "batch"))
-ACCEPT_ARGS = NamedArguments(ACCEPT_BLOCK, ("candidates", "next_token_logits"))
+ACCEPT_ARGS = NamedArguments(ACCEPT_BLOCK, ("self", "candidates", "next_token_logits", "sampling_info", "target_predict"))
 
 
 def check_signatures(forward_fn, accept_fn) -> None:
@@ -56,23 +58,39 @@ def forward_batch_generation_around(original, *args, **kwargs):
     worker, batch = FORWARD_ARGS.of(args, kwargs)
     if batch.forward_mode.is_extend() or batch.is_extend_in_batch:
         return original(*args, **kwargs)
-    group = verify_step.accept_group(worker._tp_sync, "DFLASH_ACCEPT_GREEDY")
-    return verify_step.run_block_step(original, args, kwargs, batch, group)
+    return verify_step.run_block_step(original, args, kwargs, batch, worker._tp_sync)
 
 
 def accept_block_around(original, *args, **kwargs):
+    worker, candidates, logits, sampling_info, target_predict = ACCEPT_ARGS.of(args, kwargs)
+    site = accept_site(worker, sampling_info, target_predict)  # before the call: it may consume the selector's draw
     accept_len, commit_lens, bonus, out_tokens, new_seq_lens = original(*args, **kwargs)
     step = verify_step.current()
-    candidates, logits = ACCEPT_ARGS.of(args, kwargs)
     if step is None or logits is None:  # logits None: a step without ASD rows (``_can_skip_verify_logits``)
         return accept_len, commit_lens, bonus, out_tokens, new_seq_lens
-    asd_len, asd_bonus, active = verify_step.decide_chain(step, candidates, logits)
+    asd_len, asd_bonus, active = verify_step.decide_chain(step, candidates, logits, sync_site=site)
     accept_len = torch.where(active, asd_len.to(accept_len.dtype), accept_len)  # [bs]
     bonus = torch.where(active, asd_bonus.to(bonus.dtype), bonus)  # [bs]
     asd_tokens, asd_commit = _commit_accept()(candidates, accept_len, bonus)  # [bs, B], [bs]
     out_tokens = torch.where(active[:, None], asd_tokens.to(out_tokens.dtype), out_tokens)
     commit_lens = torch.where(active, asd_commit.to(commit_lens.dtype), commit_lens)
     return accept_len, commit_lens, bonus, out_tokens, None
+
+
+def accept_site(worker, sampling_info, target_predict) -> str:
+    """The ``SpecTpSyncSite`` SGLang's ``_accept_block`` syncs this batch's accept at, by its own
+    branch predicate: the selector's sampled accept, the sampling verify (a batch holding a sampled
+    request, where the platform has it), else the greedy argmax. ASD broadcasts its decision, and so
+    its regret, over that site's group where ``SGLANG_SPEC_TP_SYNC`` has it on."""
+    import importlib
+
+    dflash = importlib.import_module(_MODULE)
+    if worker._selector_sample is not None:
+        return "DFLASH_SELECTOR"
+    if (target_predict is None and not dflash._is_all_greedy(sampling_info)
+            and dflash.is_dflash_sampling_verify_available()):
+        return "DFLASH_ACCEPT_SAMPLE"
+    return "DFLASH_ACCEPT_GREEDY"
 
 
 def skip_verify_logits_around(original, *args, **kwargs):

@@ -5,8 +5,10 @@
   DSPARK's decode step.
   - ``DSparkWorkerV2._forward_decode``: opens and publishes the ASD verify step
     (``step/verify_step.py``, which holds the numbered step, its ordering under the overlap
-    scheduler and CUDA graphs, and TP; here with the group of SGLang's TP sync site
-    ``DSPARK_ACCEPT_GREEDY``), then attaches the round's receipts to the result's logits output.
+    scheduler and CUDA graphs, and TP), then attaches the round's receipts to the result's logits
+    output. TP: the decision is rank 0's where SGLang's accept broadcasts this batch
+    (``accept_site``: ``DSPARK_ACCEPT_GREEDY`` for an all-greedy batch, ``DSPARK_ACCEPT_SAMPLE``
+    for one holding a sampled request, each on or off by ``SGLANG_SPEC_TP_SYNC``).
   - ``dspark_verify.accept_draft_tokens`` (bound by name in ``dspark_verify`` and
     ``dspark_sampling_accept_graph``): SGLang's ``(correct_len, bonus, cap_trim_lens)`` first
     (greedy, sampled or mixed; with a cap layout in cap-accept and compact modes), then
@@ -56,7 +58,7 @@ ACCEPT_BINDINGS = (_VERIFY, "sglang.srt.speculative.dspark_components.dspark_sam
 ADJUSTMENTS_BINDINGS = (_VERIFY, "sglang.srt.speculative.dspark_components.dspark_worker_v2",
                         "sglang.srt.speculative.dspark_components.dspark_observability")
 FORWARD_DECODE_ARGS = NamedArguments(FORWARD_DECODE, ("self", "batch"))
-ACCEPT_ARGS = NamedArguments(ACCEPT_DRAFT_TOKENS, ("candidates", "target_logits", "cutoff_layout"))
+ACCEPT_ARGS = NamedArguments(ACCEPT_DRAFT_TOKENS, ("candidates", "target_logits", "cutoff_layout", "sampling_info"))
 
 
 def check_signatures(forward_decode_fn, accept_fn) -> None:
@@ -67,8 +69,7 @@ def check_signatures(forward_decode_fn, accept_fn) -> None:
 
 def forward_decode_around(original, *args, **kwargs):
     worker, batch = FORWARD_DECODE_ARGS.of(args, kwargs)
-    group = verify_step.accept_group(_tp_sync(worker), "DSPARK_ACCEPT_GREEDY")
-    return verify_step.run_block_step(original, args, kwargs, batch, group)
+    return verify_step.run_block_step(original, args, kwargs, batch, _tp_sync(worker))
 
 
 def accept_draft_tokens_around(original, *args, **kwargs):
@@ -76,12 +77,23 @@ def accept_draft_tokens_around(original, *args, **kwargs):
     step = verify_step.current()
     if step is None:
         return correct_len, bonus, cap_trim_lens
-    candidates, target_logits, cutoff_layout = ACCEPT_ARGS.of(args, kwargs)
+    candidates, target_logits, cutoff_layout, sampling_info = ACCEPT_ARGS.of(args, kwargs)
     verify_lens = None if cutoff_layout is None else cutoff_layout.verify_lens
-    asd_len, asd_bonus, active = verify_step.decide_chain(step, candidates, target_logits, verify_lens)
+    asd_len, asd_bonus, active = verify_step.decide_chain(step, candidates, target_logits, verify_lens,
+                                                          sync_site=accept_site(sampling_info))
     return (torch.where(active, asd_len.to(correct_len.dtype), correct_len),
             torch.where(active, asd_bonus.to(bonus.dtype), bonus),
             torch.where(active, torch.zeros_like(cap_trim_lens), cap_trim_lens))
+
+
+def accept_site(sampling_info) -> str:
+    """The ``SpecTpSyncSite`` SGLang's ``accept_and_finalize`` broadcasts this accept at (its rule,
+    on the ``sampling_info`` it passed the accept: None under simulated acceptance): greedy for an
+    all-greedy batch, sample otherwise. ``build_accept_outs`` broadcasts rank 0's
+    ``(correct_len, bonus, cap_trim_lens)``, ASD's merged values included, only where that site is
+    on; ASD broadcasts its decision, and so its regret, over the same site's group."""
+    greedy = sampling_info is None or sampling_info.is_all_greedy
+    return "DSPARK_ACCEPT_GREEDY" if greedy else "DSPARK_ACCEPT_SAMPLE"
 
 
 def adjustments_noop_around(original, *args, **kwargs):

@@ -92,7 +92,7 @@ def eagle_sample_around(original, *args, **kwargs):
     K = verify_input.max_tree_depth - 1
     ngram = batch.spec_algorithm.is_ngram()
     step = None if K == 0 else verify_step.open(
-        batch, _broadcast_group(), sampled=True, logits=logits_output.next_token_logits, depth=K,
+        batch, _broadcast_group(batch), sampled=True, logits=logits_output.next_token_logits, depth=K,
         tree_depth_gate=ngram)
     if step is None:
         if K == 0:
@@ -163,9 +163,20 @@ def _merge(step, candidates, predict, accept_index, num_correct_drafts) -> None:
                                          num_correct_drafts))
 
 
-def _broadcast_group():
-    """SGLang broadcasts its greedy result from rank 0 on ROCm only: there, ASD's decision too."""
-    return verify_step.tp_group() if eagle_utils._is_hip else None
+def _broadcast_group(batch):
+    """The group SGLang broadcasts this batch's verify result over from rank 0, or None: where it
+    does, ASD's greedy decision is rank 0's too, so every rank commits the tokens and charges the
+    regret SGLang's broadcast makes every rank commit. SGLang broadcasts unless the batch takes its
+    plain greedy branch off ROCm: on ROCm's greedy branch (per-rank drafts can differ), on UNO's
+    sparse target sampling, and on the sampling branch (a batch holding a sampled request: its
+    greedy rows are decided after SGLang's broadcast, so only ASD's own broadcast makes them rank
+    0's). The predicate is SGLang's own ``_verify_uses_greedy`` with its arguments, read as
+    ``eagle_sample`` reads them (host values: no sync)."""
+    all_greedy = batch.sampling_info.is_all_greedy
+    greedy = all_greedy or eagle_utils._verify_uses_greedy(  # an all-greedy batch always takes it
+        is_all_greedy=all_greedy, is_cpu=eagle_utils._is_cpu, is_hip=eagle_utils._is_hip,
+        is_xpu=eagle_utils._is_xpu, use_rejection_sampling=eagle_utils.get_spec().speculative_use_rejection_sampling)
+    return verify_step.tp_group() if eagle_utils._is_hip or not greedy else None
 
 
 def _sampling_group():

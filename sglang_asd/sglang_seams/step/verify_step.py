@@ -64,13 +64,20 @@ inside one block's logits: it carries nothing from round to round but that charg
 ``sampled_active``, ``holds_asd``) are host state: the step never syncs with the device.
 
 Tensor parallelism. Every rank runs the step on its own logits and ledger table; the ledgers stay
-identical because every rank takes rank 0's decision where SGLang's ranks may differ
-(``verify.tp.rank_consistent`` over the caller's group, before the merge): EAGLE's greedy branch on
-ROCm (SGLang broadcasts its own greedy result there; on CUDA ranks agree by construction: no
-group); the sampling branch on every platform (softmax, top-k and top-p may differ in the last bit
-across ranks; SGLang broadcasts its sampled result after the kernel, which then carries rank 0's
-merged tokens); DSPARK and DFLASH where their accept sync site is on (``accept_group``). So every
-rank commits rank 0's tokens and charges rank 0's regret and KL.
+identical because every rank takes rank 0's decision exactly where SGLang makes every rank take rank
+0's result (``verify.tp.rank_consistent`` over the caller's group, before the merge; docs/CONTRACTS.md,
+"Tensor parallelism"): on EAGLE's ROCm greedy branch, UNO's sparse target sampling and the sampling
+branch (a batch holding a sampled request; its greedy rows are decided after SGLang's broadcast, so
+ASD's own broadcast makes them rank 0's; ``eagle_sample._broadcast_group`` reads SGLang's branch
+predicate), and for DSPARK and DFLASH at the sync site SGLang's accept picks for the batch, where
+``SGLANG_SPEC_TP_SYNC`` has it on (``decide_chain(sync_site=...)``, ``accept_group``). Elsewhere SGLang
+relies on every rank holding the same logits bits (gathered vocab-parallel logits), and so does ASD:
+no collective. So every rank commits rank 0's tokens and charges rank 0's regret and KL. The
+broadcast is issued on the step's stream with the rest of the step (one collective, no host sync),
+before ``settle`` charges the table, so the charge is rank 0's in stream order. The group is chosen
+from host state of the batch being verified (its ``sampling_info.is_all_greedy``, the drafter's
+branch flags), never from the previous batch's, so the overlap scheduler's one-step lag cannot pair
+a batch with another batch's group.
 
 Fused-kernel variants: the first call of each shape is checked against the start-up warm-up's
 list (``step/warmup.py``: a set lookup per step).
@@ -124,6 +131,7 @@ class VerifyStep:
     depth: int = 0  # K
     tree_depth_gate: bool = False  # NGRAM: the gate's K is each row's tree depth
     max_children: Optional[int] = None  # host: EAGLE's topk bounding a node's children; None: W - 1
+    tp_sync: Optional[object] = None  # a block drafter's ``SpecTpSync`` (its accept picks ``group`` by site)
     # Set as the step runs:
     branch: Optional[Branch] = None  # the SGLang path that ran (None: none yet)
     decision: Optional[ASDVerifyOutput] = None  # the greedy rows' decision (every rank's)
@@ -228,14 +236,19 @@ def chain_links(bs: int, W: int, device, verify_lens: Optional[torch.Tensor] = N
 
 
 def decide_chain(step: VerifyStep, candidates: torch.Tensor, logits: torch.Tensor,
-                 verify_lens: Optional[torch.Tensor] = None):
+                 verify_lens: Optional[torch.Tensor] = None, sync_site: Optional[str] = None):
     """Steps 2 and 3 for a block drafter's accept: ``decide`` on the chain, then ``settle``.
 
     ``candidates`` [bs, W] int64 (anchor, then K drafts), ``logits`` [bs*W, V] final,
-    ``verify_lens`` [bs] tokens each row verified, or None (all W).
+    ``verify_lens`` [bs] tokens each row verified, or None (all W); ``sync_site``: the
+    ``SpecTpSyncSite`` name SGLang's accept syncs this batch at (it depends on the batch: greedy,
+    sampled, selector), whose group, when ``step.tp_sync`` has that site on, the decision is
+    broadcast over (``accept_group``).
     -> ``num_correct_drafts`` [bs] int32, ``bonus`` [bs] int64, ``active`` [bs] bool: the values
     of the rows ASD decided (the caller keeps SGLang's for the others)."""
     step.branch = Branch.CHAIN
+    if step.tp_sync is not None and sync_site is not None:
+        step.group = accept_group(step.tp_sync, sync_site)
     bs, W = candidates.shape
     out = decide(step, candidates, logits, *chain_links(bs, W, candidates.device, verify_lens), W - 1,
                  tree_depth_gate=verify_lens is not None)
@@ -337,10 +350,11 @@ def accept_group(tp_sync, site: str):
                            "this sglang_asd does not support this SGLang version") from e
 
 
-def run_block_step(original, args: tuple, kwargs: dict, batch, group):
+def run_block_step(original, args: tuple, kwargs: dict, batch, tp_sync):
     """A block drafter's decode step: SGLang's ``original(*args, **kwargs)`` with the step published
-    (when the ledger table holds ASD rows), then the receipts its accept settled attached."""
-    step = open(batch, group)
+    (when the ledger table holds ASD rows), then the receipts its accept settled attached.
+    ``tp_sync``: the worker's ``SpecTpSync``; the accept picks the site (``decide_chain``)."""
+    step = open(batch, None, tp_sync=tp_sync)
     if step is None:
         return original(*args, **kwargs)
     with published(step):
