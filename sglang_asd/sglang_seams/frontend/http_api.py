@@ -1,8 +1,9 @@
 """The HTTP side of ASD: the request fields and the receipts in responses (launcher process).
 
 Request fields ``asd_budget``, ``asd_rule``, ``asd_gate``, ``asd_max_exceptions_per_block``,
-``asd_margin``, ``asd_threshold`` and the sampled rule's ``asd_sampled_floor``, ``asd_sampled_power``,
-``asd_sampled_max_relaxed_per_block`` (docs/CONTRACTS.md):
+``asd_margin``, ``asd_threshold``, the accrual's ``asd_budget_per_token`` and ``asd_budget_burst``, and
+the sampled rule's ``asd_sampled_floor``, ``asd_sampled_power``, ``asd_sampled_max_relaxed_per_block``
+(docs/CONTRACTS.md):
 - native ``/generate``: top level, where it applies to every ``sampling_params`` of the request (each
   of a batch's list; one is created when none is given), or inside ``sampling_params`` (an object or
   a list of them), directly or in its ``custom_params``. The top level is the form that works
@@ -50,9 +51,11 @@ from sglang_asd.hooks.registry import Seam
 from sglang_asd.policy.config import shown
 from sglang_asd.sglang_seams.state.request_ledger import (
     BUDGET_KEY,
+    BURST_KEY,
     CAP_KEY,
     GATE_KEY,
     MARGIN_KEY,
+    PER_TOKEN_KEY,
     REQUEST_KEYS,
     RULE_KEY,
     SAMPLED_CAP_KEY,
@@ -103,7 +106,8 @@ def validate_fields(fields: dict, settings: ASDServerSettings) -> dict:
     validated = {BUDGET_KEY: choice.budget, RULE_KEY: config.rule, GATE_KEY: config.gate,
                  CAP_KEY: config.max_exceptions_per_block, MARGIN_KEY: config.margin, THRESHOLD_KEY: config.threshold,
                  SAMPLED_FLOOR_KEY: choice.sampled.floor, SAMPLED_POWER_KEY: choice.sampled.power,
-                 SAMPLED_CAP_KEY: choice.sampled.max_relaxed_per_block}
+                 SAMPLED_CAP_KEY: choice.sampled.max_relaxed_per_block, PER_TOKEN_KEY: choice.rate,
+                 BURST_KEY: choice.burst}
     return {k: validated[k] for k in given}
 
 
@@ -138,10 +142,15 @@ def _merge(places: list[tuple[Optional[str], dict]], settings: ASDServerSettings
     return validate_fields(merged, settings)
 
 
+# The fields a field's validation depends on: the rule (which decides the parameters it reads); a
+# burst needs the rate it goes with.
+_CONTEXT = {BURST_KEY: (RULE_KEY, PER_TOKEN_KEY)}
+
+
 def _validated(key: str, value: Any, merged: dict, settings: ASDServerSettings) -> Any:
-    """``value`` of ``key`` as validated, under the request's rule (which decides the parameters it reads)."""
-    rule = {RULE_KEY: merged[RULE_KEY]} if key != RULE_KEY and RULE_KEY in merged else {}
-    return validate_fields({**rule, key: value}, settings)[key]
+    """``value`` of ``key`` as validated, in the context of the request's other fields (``_CONTEXT``)."""
+    context = {k: merged[k] for k in _CONTEXT.get(key, (RULE_KEY,)) if k != key and k in merged}
+    return validate_fields({**context, key: value}, settings)[key]
 
 
 def _where(prefix: Optional[str], key: str) -> str:
