@@ -129,7 +129,8 @@ class Ledger:
         if not self._bounded:
             self._spent += block
         elif not block <= self.limit(produced):
-            raise ValueError(f"block regret {block!r} exceeds the ledger's limit {self.limit(produced)!r}")
+            what = "remaining budget" if self._accrual is None else "ledger's limit (budget and accrual)"
+            raise ValueError(f"block regret {block!r} exceeds the {what} {self.limit(produced)!r}")
         else:
             self._spent = min(self._budget, self._spent + block)
         self._events.extend(events)

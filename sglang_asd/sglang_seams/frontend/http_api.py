@@ -142,14 +142,11 @@ def _merge(places: list[tuple[Optional[str], dict]], settings: ASDServerSettings
     return validate_fields(merged, settings)
 
 
-# The fields a field's validation depends on: the rule (which decides the parameters it reads); a
-# burst needs the rate it goes with.
-_CONTEXT = {BURST_KEY: (RULE_KEY, PER_TOKEN_KEY)}
-
-
 def _validated(key: str, value: Any, merged: dict, settings: ASDServerSettings) -> Any:
-    """``value`` of ``key`` as validated, in the context of the request's other fields (``_CONTEXT``)."""
-    context = {k: merged[k] for k in _CONTEXT.get(key, (RULE_KEY,)) if k != key and k in merged}
+    """``value`` of ``key`` as validated, under the request's rule (which decides the parameters it
+    reads) and, for a burst, its rate (a burst needs one)."""
+    depends_on = (RULE_KEY, PER_TOKEN_KEY) if key == BURST_KEY else (RULE_KEY,)
+    context = {k: merged[k] for k in depends_on if k != key and k in merged}
     return validate_fields({**context, key: value}, settings)[key]
 
 
