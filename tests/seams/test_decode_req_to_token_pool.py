@@ -27,7 +27,7 @@ def _req(budget):
     if budget == 0:
         ledger.reason = "strict"
     kv = SimpleNamespace(req_pool_idx=None, kv_allocated_len=0, holds_kv=False)
-    return SimpleNamespace(kv=kv, asd_ledger=ledger, eos_token_ids={2}, tokenizer=None,
+    return SimpleNamespace(kv=kv, asd_ledger=ledger, eos_token_ids={2}, tokenizer=None, output_ids=[],
                            sampling_params=SimpleNamespace(stop_token_ids=None))
 
 
@@ -86,3 +86,17 @@ def test_pre_allocation_slots_hold_rows_too(monkeypatch):
         _free(pool, r)
     assert table.num_active == 0
     assert table.begin_verify(torch.tensor(slots))[0].tolist() == [0.0, 0.0, 0.0]
+
+
+def test_output_count_at_decode_admission(monkeypatch):
+    """A new request counts the handoff token still to arrive; a request resumed from its KV backup
+    holds its whole output (nothing is sampled before it decodes); a rebootstrap replays the
+    boundary token SGLang popped at retraction."""
+    monkeypatch.setattr(runtime, "_RUNTIME", None)
+    runtime.set_runtime(ASDServerSettings())
+    pool = _pool(size=3)
+    new, resumed, rebootstrap = _req(4.0), _req(4.0), _req(4.0)
+    resumed.output_ids = [11, 12, 13]
+    rebootstrap.output_ids, rebootstrap.pd_rebootstrap_in_progress = [11, 12], True
+    slots = _alloc(pool, [new, resumed, rebootstrap])
+    assert pool._asd_table.begin_verify(torch.tensor(slots)).produced.tolist() == [1, 3, 3]

@@ -35,7 +35,7 @@ def test_admission_and_release_only_stage_rows():
     t.admit([3], [a], [8.0], [0.25], [2], [{2, 7}])
     assert t.num_active == 1 and t.owner_of(3) is a and t.has_staged
     assert all(torch.equal(x, y) for x, y in zip(before, _device_state(t))), "admission wrote a device row"
-    remaining, gate, cap, stops, rule, power = t.begin_verify(torch.tensor([3, 0]))
+    remaining, gate, cap, stops, rule, power, produced = t.begin_verify(torch.tensor([3, 0]))
     assert remaining.tolist() == [8.0, 0.0] and gate.tolist() == [0.25, 0.0] and cap.tolist() == [2, 0]
     assert stops.tolist() == [[2, 7, -1, -1], [-1, -1, -1, -1]] and not t.has_staged
     t.release([3])
@@ -61,6 +61,26 @@ def test_free_then_readmit_between_a_batch_launch_and_its_write_back():
     assert t.owner_of(5) is b
 
 
+def test_produced_is_staged_advanced_in_stream_order_and_reset_on_readmission():
+    """The output count: staged at admission, advanced by each round's commits in stream order (batch
+    N+1 reads N's advance), and a recycled slot's in-flight advance never reaches its next owner."""
+    t = ASDLedgerTable(8, "cpu")
+    a, b = _ledger(8.0), _ledger(2.0)
+    slot = torch.tensor([5])
+    t.admit([5], [a], [8.0], [0.25], [2], [{2}], produced=[1])
+    rows = t.begin_verify(slot)  # batch N: A's first verify, after its prefill's one token
+    assert rows.produced.tolist() == [1]
+    t.advance(slot, rows.produced + torch.tensor([3]))  # 2 drafts + the bonus committed
+    in_flight = t.begin_verify(slot)  # batch N+1 reads N's advance before the host processed N
+    assert in_flight.produced.tolist() == [4]
+    t.release([5])
+    t.admit([5], [b], [2.0], [0.25], [2], [{2}], produced=[1])
+    t.advance(slot, in_flight.produced + 1)  # N+1's write-back after B's admission was staged
+    assert t.begin_verify(slot).produced.tolist() == [1], "B counts its own output, not A's"
+    t.release([5])
+    assert t.begin_verify(slot).produced.tolist() == [0]
+
+
 def test_stop_width_grows_in_stream_order():
     t = ASDLedgerTable(4, "cpu", stop_width=2)
     t.admit([1], [_ledger(1.0)], [1.0], [0.25], [2], [{1, 2, 3}])
@@ -83,7 +103,7 @@ def _req(budget, kv=None):
     if budget == 0:
         ledger.reason = "strict"
     kv = kv or SimpleNamespace(req_pool_idx=None, kv_allocated_len=0, holds_kv=False)
-    return SimpleNamespace(kv=kv, asd_ledger=ledger, eos_token_ids={2}, tokenizer=None,
+    return SimpleNamespace(kv=kv, asd_ledger=ledger, eos_token_ids={2}, tokenizer=None, output_ids=[],
                            sampling_params=SimpleNamespace(stop_token_ids=None))
 
 

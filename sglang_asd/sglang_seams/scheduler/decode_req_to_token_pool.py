@@ -71,8 +71,18 @@ TARGETS = (
 )
 
 
+def produced_at_admission(req) -> int:
+    """A decode server's request at pre-allocation: the output it holds, plus the handoff token
+    when one is still to be appended (a new request: the prefill server's first token, appended
+    when the transfer lands; a rebootstrap: the boundary token SGLang popped at retraction and
+    replays). A request resumed from its KV backup (``resume_retracted_reqs``) holds its whole
+    output, the last token pending as in any decode round: nothing is sampled before it decodes."""
+    pending = not req.output_ids or getattr(req, "pd_rebootstrap_in_progress", False)
+    return len(req.output_ids) + int(bool(pending))
+
+
 def alloc_around(original, self, reqs, *args, **kwargs):
-    return req_to_token_pool.alloc_around(original, self, reqs, *args, **kwargs)
+    return req_to_token_pool.alloc_around(original, self, reqs, *args, produced_of=produced_at_admission, **kwargs)
 
 
 def free_around(original, self, req, *args, **kwargs):

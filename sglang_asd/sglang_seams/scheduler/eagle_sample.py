@@ -95,6 +95,8 @@ def eagle_sample_around(original, *args, **kwargs):
         batch, _broadcast_group(), sampled=True, logits=logits_output.next_token_logits, depth=K,
         tree_depth_gate=ngram)
     if step is None:
+        if K == 0:
+            verify_step.advance_zero_step(batch)
         return original(*args, **kwargs)
     if step.sampled_active is not None and not ngram:
         step.max_children = verify_input.tree_topk

@@ -11,7 +11,7 @@
   by the verify step): its rule id, remaining (asd: budget - host spent, exact at admission: a
   retracted request is only re-admitted after its last in-flight batch was processed; other
   rules: the budget, never decremented), the rule's gate (g, margin or threshold), cap, stop
-  tokens; a strict request gets a zero row. A sampled request's row (rule ``asd-sampled``) holds
+  tokens, and its output count (``produced``: ``produced_at_admission``); a strict request gets a zero row. A sampled request's row (rule ``asd-sampled``) holds
   B - spent in nats of KL, its floor in the gate column, its relaxed-node cap in the cap column
   and its power in the power column (``ledger_table.py``). That covers a slot lent to the next turn of a
   streaming session without a free (``srt/session/streaming_session.py``): the ledger belongs to
@@ -54,7 +54,16 @@ def _stop_tokens(req) -> set[int]:
     return stops
 
 
-def alloc_around(original, self, reqs, *args, **kwargs):
+def produced_at_admission(req) -> int:
+    """The output tokens a request has committed when its first verify after this admission runs:
+    those it holds now, plus the one its prefill (first admission, a chunked prefill's first chunk,
+    a retracted request's re-prefill of prompt + output, a streaming session's next turn) samples
+    before it decodes. No batch of the request is in flight at admission, so ``output_ids`` is exact."""
+    return len(req.output_ids) + 1
+
+
+def alloc_around(original, self, reqs, *args, produced_of=produced_at_admission, **kwargs):
+    """``produced_of(req)``: the request's output count at admission (the PD decode pool passes its own)."""
     result = original(self, reqs, *args, **kwargs)
     if result is None:
         return result
@@ -83,6 +92,7 @@ def alloc_around(original, self, reqs, *args, **kwargs):
             stop_tokens=[_stop_tokens(r) for r in admitted],
             rule=[RULE_ID[r.asd_ledger.rule] for r in admitted],
             power=[c[2] for c in columns],
+            produced=[produced_of(r) for r in admitted],
         )
     if lent:
         table.release(lent)

@@ -51,7 +51,7 @@ Ordering: every device write is issued by the verify step, on the stream that ru
   launches of the decode loops (``event_loop_overlap_disagg_decode`` included), so the staging
   argument above holds unchanged; the argument is spelled out there.
 - Staged writes are applied with one host-to-device copy (pinned, non-blocking) of a packed
-  ``[n, 6 + T]`` float64 block; slots, caps, rule ids and token ids are exact in float64. A step
+  ``[n, 7 + T]`` float64 block; slots, caps, rule ids, counts and token ids are exact in float64. A step
   that follows no admission or release copies nothing.
 - Sampled rows follow the same order: admitted and released by staging, applied by
   ``begin_verify`` (called by the verify step's ``open`` before SGLang's sampling branch runs), and charged by
@@ -67,6 +67,22 @@ Ordering: every device write is issued by the verify step, on the stream that ru
   holds a request (``charge`` writes ``remaining`` only), so the one-step lag of the overlap
   scheduler cannot make the view stale.
 
+Output positions: ``produced`` holds the output tokens committed so far for the row's request, so
+draft position i of the next verify (the node at depth i + 1) is output index ``produced + i``, the
+index its receipt event reports (``state/round_output.py``: ``commit.output_index + i``). It is
+set at admission from the host (``admit``'s ``produced``: the request's committed output, plus the
+token its prefill samples before its first verify, ``scheduler/req_to_token_pool.py``) and
+advanced by ``advance`` in the verify step's ``settle`` by each row's committed tokens (accepted
+drafts + the bonus). Its order is ``remaining``'s: ``settle`` writes it on the verify stream after
+the batch's decision, the next batch's ``open`` gathers it on the same stream, so under the overlap
+scheduler batch N+1 reads the count after batch N's commit although the host has not processed
+batch N; the host value staged at admission is exact for the same reason a re-admitted
+``remaining`` is (no batch of the request is in flight when it takes a slot), and a staged write
+is applied before the gather of the first batch that holds the slot. A row of a request that
+finished in round N but was still in round N+1 (the overlap lag) is advanced once more; its
+release zeroes it. Rows of strict requests are advanced too (their count is not read: every ASD
+admission stages its own).
+
 ``owner`` is the host's view of which request (its ``RequestLedger``) a row belongs to; a slot
 lent to another request without being freed (SGLang's streaming sessions) is re-admitted for it.
 """
@@ -81,7 +97,7 @@ import torch
 from sglang_asd.policy.config import RULE_NAMES, RULES
 from sglang_asd.verify.rules import SAMPLED_RULE_ID
 
-_FIELDS = 6  # slot, remaining, gate, cap, rule, power; then the stop tokens
+_FIELDS = 7  # slot, remaining, gate, cap, rule, power, produced; then the stop tokens
 
 
 class LedgerRows(NamedTuple):
@@ -93,6 +109,7 @@ class LedgerRows(NamedTuple):
     stop_tokens: torch.Tensor  # [bs, T] int64, -1 padded
     rule: torch.Tensor  # [bs] int32 rule id
     power: torch.Tensor  # [bs] float32 (sampled rows: a = q ** power; 0 elsewhere)
+    produced: torch.Tensor  # [bs] int32 output tokens committed so far: draft position i is output index produced + i
 
 
 class ASDLedgerTable:
@@ -104,8 +121,9 @@ class ASDLedgerTable:
         self.rule = torch.zeros(num_slots, dtype=torch.int32, device=self.device)  # [slots] rule id
         self.power = torch.zeros(num_slots, dtype=torch.float32, device=self.device)  # [slots] sampled rows only
         self.stop_tokens = torch.full((num_slots, stop_width), -1, dtype=torch.int64, device=self.device)  # [slots, T]
+        self.produced = torch.zeros(num_slots, dtype=torch.int32, device=self.device)  # [slots] output tokens committed
         self.owner: dict[int, object] = {}  # host view: slot -> the ledger its row holds (ASD rows only)
-        self._staged: dict[int, tuple] = {}  # slot -> (remaining, gate, cap, rule, power, stop tokens); last write wins
+        self._staged: dict[int, tuple] = {}  # slot -> (remaining, gate, cap, rule, power, produced, stop tokens); last write wins
         self._rule_of: dict[int, int] = {}  # host view: slot -> rule id (ASD rows only, as owner)
         self._rule_count: collections.Counter = collections.Counter()  # rule id -> ASD rows using it
         self._host_rows = torch.zeros(num_slots, dtype=torch.bool)  # host view: slot -> ASD row (as owner)
@@ -131,15 +149,19 @@ class ASDLedgerTable:
 
     def admit(self, slots: Sequence[int], owners: Sequence[object], remaining: Sequence[float],
               gate: Sequence[float], cap: Sequence[int], stop_tokens: Sequence[Iterable[int]],
-              rule: Optional[Sequence[int]] = None, power: Optional[Sequence[float]] = None) -> None:
+              rule: Optional[Sequence[int]] = None, power: Optional[Sequence[float]] = None,
+              produced: Optional[Sequence[int]] = None) -> None:
         """Stage the rows of requests that took (or were lent) these slots. ``rule``: rule ids
-        (default asd); ``power``: sampled rows' power (default 0). A row is an ASD row when the
+        (default asd); ``power``: sampled rows' power (default 0); ``produced``: output tokens
+        committed before the row's first verify (default 0; see the module docstring). A row is an ASD row when the
         caller's rule admits exceptions on it (remaining, gate > 0 and, for a capped rule, cap > 0),
         as ``verify.rules.rows_on`` / ``sampled_rows_on`` decide."""
         rule = [0] * len(slots) if rule is None else rule
         power = [0.0] * len(slots) if power is None else power
-        for s, o, r, g, c, stops, k, w in zip(slots, owners, remaining, gate, cap, stop_tokens, rule, power):
-            self._staged[s] = (float(r), float(g), int(c), int(k), float(w), sorted({int(t) for t in stops}))
+        produced = [0] * len(slots) if produced is None else produced
+        for s, o, r, g, c, stops, k, w, n in zip(slots, owners, remaining, gate, cap, stop_tokens, rule, power,
+                                                 produced):
+            self._staged[s] = (float(r), float(g), int(c), int(k), float(w), int(n), sorted({int(t) for t in stops}))
             self._forget(s)
             capped = k == SAMPLED_RULE_ID or RULES[RULE_NAMES[k]].capped
             if r > 0 and g > 0 and (c > 0 or not capped):
@@ -154,7 +176,7 @@ class ASDLedgerTable:
             owned = s in self.owner
             self._forget(s)
             if owned or s in self._staged:
-                self._staged[s] = (0.0, 0.0, 0, 0, 0.0, [])
+                self._staged[s] = (0.0, 0.0, 0, 0, 0.0, 0, [])
 
     def _forget(self, slot: int) -> None:
         """Drop ``slot`` from the host view (owner, rule counts)."""
@@ -182,26 +204,31 @@ class ASDLedgerTable:
         if self._staged:
             self._apply_staged()
         return LedgerRows(self.remaining[rows], self.gate[rows], self.cap[rows], self.stop_tokens[rows],
-                          self.rule[rows], self.power[rows])
+                          self.rule[rows], self.power[rows], self.produced[rows])
 
     def charge(self, rows: torch.Tensor, remaining: torch.Tensor) -> None:
         """Write back each row's remaining budget after the round (``rows`` [bs], ``remaining`` [bs]);
         the caller passes rows of rules without a ledger unchanged."""
         self.remaining.index_put_((rows,), remaining)
 
+    def advance(self, rows: torch.Tensor, produced: torch.Tensor) -> None:
+        """Write back each row's output count after the round (``rows`` [bs], ``produced`` [bs]: the
+        gathered count + the tokens the round committed), in stream order as ``charge``."""
+        self.produced.index_put_((rows,), produced.to(self.produced.dtype))
+
     def _apply_staged(self) -> None:
         staged, self._staged = self._staged, {}
-        width = max(len(v[5]) for v in staged.values())
+        width = max(len(v[6]) for v in staged.values())
         if width > self.stop_tokens.shape[1]:  # rare: grow to the next power of two, in stream order
             grown = torch.full((self.stop_tokens.shape[0], _next_pow2(width)), -1, dtype=torch.int64,
                                device=self.device)
             grown[:, : self.stop_tokens.shape[1]] = self.stop_tokens
             self.stop_tokens = grown
         T = self.stop_tokens.shape[1]
-        packed = [[s, r, g, c, k, w, *stops, *([-1] * (T - len(stops)))]
-                  for s, (r, g, c, k, w, stops) in staged.items()]
+        packed = [[s, r, g, c, k, w, n, *stops, *([-1] * (T - len(stops)))]
+                  for s, (r, g, c, k, w, n, stops) in staged.items()]
         pinned = self.device.type == "cuda"
-        host = torch.tensor(packed, dtype=torch.float64, pin_memory=pinned)  # [n, 6 + T]
+        host = torch.tensor(packed, dtype=torch.float64, pin_memory=pinned)  # [n, 7 + T]
         block = host.to(self.device, non_blocking=pinned)
         idx = block[:, 0].long()
         self.remaining[idx] = block[:, 1].float()
@@ -209,6 +236,7 @@ class ASDLedgerTable:
         self.cap[idx] = block[:, 3].int()
         self.rule[idx] = block[:, 4].int()
         self.power[idx] = block[:, 5].float()
+        self.produced[idx] = block[:, 6].int()
         self.stop_tokens[idx] = block[:, _FIELDS:].long()
 
 

@@ -246,7 +246,9 @@ def settle(step: VerifyStep, candidates: torch.Tensor, depth: int, sglang_result
     """Step 3: charge the device ledger (one write) and leave the round's receipts on the step.
 
     ``candidates`` [bs, W]; ``sglang_result``: SGLang's ``(predict, accept_index,
-    num_correct_drafts)`` after the merge, settled with no exception when no greedy row was decided."""
+    num_correct_drafts)`` after the merge, settled with no exception when no greedy row was decided.
+    Every row's output count (``LedgerRows.produced``) advances by its committed tokens, in the
+    same stream order as the charge (``state/ledger_table.py``)."""
     out = step.decision if step.decision is not None else _no_exception(*sglang_result, depth)
     r = step.rows
     remaining = r.remaining
@@ -255,6 +257,11 @@ def settle(step: VerifyStep, candidates: torch.Tensor, depth: int, sglang_result
     bs = step.slots.shape[0]
     charged = step.active & row_traits(r.rule, bs, r.rule.device).ledger  # asd rows only
     step.table.charge(step.slots, remaining - torch.where(charged, out.spent, torch.zeros_like(out.spent)))
+    # Output tokens committed this round, every row: SGLang's merged count where it gives one (a
+    # tree: greedy and sampled rows merged), else the decision's (a chain's ASD rows; its other
+    # rows are strict greedy there, which is SGLang's chain verify).
+    merged = out.num_correct_drafts if sglang_result is None else sglang_result[2]
+    step.table.advance(step.slots, r.produced + merged.to(r.produced.dtype) + 1)
     round_output = ASDRoundOutput.of_round(out, step.active, candidates, depth)
     if step.sampled is not None:
         round_output = round_output.with_sampled(step.sampled, step.sampled_active)
@@ -272,6 +279,17 @@ def _no_exception(predict, accept_index, num_correct_drafts, depth: int) -> ASDV
         num_exceptions=torch.zeros_like(num_correct_drafts), exception_mask=zeros.bool(), exception_regret=zeros,
         target_token=torch.full((bs, depth), -1, dtype=torch.int64, device=accept_index.device),
         num_suffix_tokens=torch.zeros_like(num_correct_drafts))
+
+
+def advance_zero_step(batch) -> None:
+    """A verify round with no draft position (SGLang's adaptive zero-step verify, K = 0) commits one
+    token per row and decides nothing: only the rows' output counts advance (staged writes applied
+    first, on the verify stream, as ``open`` does)."""
+    table = getattr(batch.req_to_token_pool, "_asd_table", None)
+    if table is None or table.num_active == 0 or batch.forward_mode.is_idle():
+        return
+    slots = batch.req_pool_indices
+    table.advance(slots, table.begin_verify(slots).produced + 1)
 
 
 def attach(logits_output, round_output: Optional[ASDRoundOutput]) -> None:
