@@ -13,7 +13,9 @@
   rules: the budget, never decremented), the rule's gate (g, margin or threshold), cap, stop
   tokens, and its output count (``produced``: ``produced_at_admission``); a strict request gets a zero row. A sampled request's row (rule ``asd-sampled``) holds
   B - spent in nats of KL, its floor in the gate column, its relaxed-node cap in the cap column
-  and its power in the power column (``ledger_table.py``). That covers a slot lent to the next turn of a
+  and its power in the power column (``ledger_table.py``). A request under a per-token rate
+  (asd or sampled) also stages its rate and burst - host spent (exact at admission, as
+  ``remaining``); every other row stages rate 0 and +inf, an accrual that never binds. That covers a slot lent to the next turn of a
   streaming session without a free (``srt/session/streaming_session.py``): the ledger belongs to
   the request, not to the slot. ``free_rows`` stages zero rows for the slots it frees.
 - Upstream: none yet. A request-slot lifecycle callback (alloc/free) on ReqToTokenPool would make
@@ -93,6 +95,8 @@ def alloc_around(original, self, reqs, *args, produced_of=produced_at_admission,
             rule=[RULE_ID[r.asd_ledger.rule] for r in admitted],
             power=[c[2] for c in columns],
             produced=[produced_of(r) for r in admitted],
+            rate=[r.asd_ledger.choice.rate if r.asd_ledger.accrues else 0.0 for r in admitted],
+            burst_left=[r.asd_ledger.device_burst_left for r in admitted],
         )
     if lent:
         table.release(lent)

@@ -51,7 +51,7 @@ Ordering: every device write is issued by the verify step, on the stream that ru
   launches of the decode loops (``event_loop_overlap_disagg_decode`` included), so the staging
   argument above holds unchanged; the argument is spelled out there.
 - Staged writes are applied with one host-to-device copy (pinned, non-blocking) of a packed
-  ``[n, 7 + T]`` float64 block; slots, caps, rule ids, counts and token ids are exact in float64. A step
+  ``[n, 9 + T]`` float64 block; slots, caps, rule ids, counts and token ids are exact in float64. A step
   that follows no admission or release copies nothing.
 - Sampled rows follow the same order: admitted and released by staging, applied by
   ``begin_verify`` (called by the verify step's ``open`` before SGLang's sampling branch runs), and charged by
@@ -83,6 +83,25 @@ finished in round N but was still in round N+1 (the overlap lag) is advanced onc
 release zeroes it. Rows of strict requests are advanced too (their count is not read: every ASD
 admission stages its own).
 
+Accrual (``asd_budget_per_token``, docs/CONTRACTS.md "Budgets that accrue with output"): ``rate``
+(nats per output token) and ``burst_left`` (the request's burst minus everything it has spent;
++inf for a row without a rate, so the accrual never binds it, and never a large finite stand-in
+that would swallow what is subtracted from it). ``begin_verify`` gathers each row's ``limit`` =
+``min(remaining, rate * produced + burst_left)``, what the verifiers read as the row's remaining
+(``rows_on``, ``asd_verify``, ``asd_sampled_verify``), and ``charge`` lowers ``remaining`` and
+``burst_left`` by the same block spend. So after a round, spent <= rate * produced + burst, with
+``produced`` the count before the round; every event of the round sits at an output position
+>= produced, so the cumulative spent after it is <= rate * (its position) + burst: the bound holds
+at every event, not just on average (conservative: tokens committed within the round accrue only
+for the next one). Stream order is ``remaining``'s exactly: both columns are written only by the
+staged admission (applied by ``begin_verify``) and by ``charge`` in the verify step's ``settle``,
+and read by the next step's ``begin_verify`` on the same stream, after ``advance`` wrote the
+count; under the overlap scheduler batch N+1's limit is computed from batch N's charge and count
+although the host has not yet processed batch N (the same one-step lag as ``remaining``). ``rate``
+is written only at admission. A rate row's host view (``owner``, rules) does not depend on the
+accrual: a row whose limit is 0 in a round (rate > 0, burst 0, nothing produced yet) is simply not
+decided by ASD in that round (``rows_on`` reads the limit).
+
 ``owner`` is the host's view of which request (its ``RequestLedger``) a row belongs to; a slot
 lent to another request without being freed (SGLang's streaming sessions) is re-admitted for it.
 """
@@ -90,6 +109,7 @@ lent to another request without being freed (SGLang's streaming sessions) is re-
 from __future__ import annotations
 
 import collections
+import math
 from typing import FrozenSet, Iterable, NamedTuple, Optional, Sequence
 
 import torch
@@ -97,7 +117,7 @@ import torch
 from sglang_asd.policy.config import RULE_NAMES, RULES
 from sglang_asd.verify.rules import SAMPLED_RULE_ID
 
-_FIELDS = 7  # slot, remaining, gate, cap, rule, power, produced; then the stop tokens
+_FIELDS = 9  # slot, remaining, gate, cap, rule, power, produced, rate, burst_left; then the stop tokens
 
 
 class LedgerRows(NamedTuple):
@@ -110,6 +130,9 @@ class LedgerRows(NamedTuple):
     rule: torch.Tensor  # [bs] int32 rule id
     power: torch.Tensor  # [bs] float32 (sampled rows: a = q ** power; 0 elsewhere)
     produced: torch.Tensor  # [bs] int32 output tokens committed so far: draft position i is output index produced + i
+    rate: torch.Tensor  # [bs] float32 accrual rate (nats per output token; 0 without one)
+    burst_left: torch.Tensor  # [bs] float32 burst - spent (+inf without a rate)
+    limit: torch.Tensor  # [bs] float32 min(remaining, rate * produced + burst_left): the verifiers' remaining
 
 
 class ASDLedgerTable:
@@ -122,8 +145,11 @@ class ASDLedgerTable:
         self.power = torch.zeros(num_slots, dtype=torch.float32, device=self.device)  # [slots] sampled rows only
         self.stop_tokens = torch.full((num_slots, stop_width), -1, dtype=torch.int64, device=self.device)  # [slots, T]
         self.produced = torch.zeros(num_slots, dtype=torch.int32, device=self.device)  # [slots] output tokens committed
+        self.rate = torch.zeros(num_slots, dtype=torch.float32, device=self.device)  # [slots] accrual rate
+        self.burst_left = torch.zeros(num_slots, dtype=torch.float32, device=self.device)  # [slots] burst - spent
         self.owner: dict[int, object] = {}  # host view: slot -> the ledger its row holds (ASD rows only)
-        self._staged: dict[int, tuple] = {}  # slot -> (remaining, gate, cap, rule, power, produced, stop tokens); last write wins
+        self._staged: dict[int, tuple] = {}  # slot -> (remaining, gate, cap, rule, power, produced, rate, burst_left,
+        #                                       stop tokens); last write wins
         self._rule_of: dict[int, int] = {}  # host view: slot -> rule id (ASD rows only, as owner)
         self._rule_count: collections.Counter = collections.Counter()  # rule id -> ASD rows using it
         self._host_rows = torch.zeros(num_slots, dtype=torch.bool)  # host view: slot -> ASD row (as owner)
@@ -150,18 +176,23 @@ class ASDLedgerTable:
     def admit(self, slots: Sequence[int], owners: Sequence[object], remaining: Sequence[float],
               gate: Sequence[float], cap: Sequence[int], stop_tokens: Sequence[Iterable[int]],
               rule: Optional[Sequence[int]] = None, power: Optional[Sequence[float]] = None,
-              produced: Optional[Sequence[int]] = None) -> None:
+              produced: Optional[Sequence[int]] = None, rate: Optional[Sequence[float]] = None,
+              burst_left: Optional[Sequence[float]] = None) -> None:
         """Stage the rows of requests that took (or were lent) these slots. ``rule``: rule ids
         (default asd); ``power``: sampled rows' power (default 0); ``produced``: output tokens
-        committed before the row's first verify (default 0; see the module docstring). A row is an ASD row when the
+        committed before the row's first verify (default 0; see the module docstring); ``rate``,
+        ``burst_left``: the accrual (default 0 and +inf: none; module docstring). A row is an ASD row when the
         caller's rule admits exceptions on it (remaining, gate > 0 and, for a capped rule, cap > 0),
         as ``verify.rules.rows_on`` / ``sampled_rows_on`` decide."""
         rule = [0] * len(slots) if rule is None else rule
         power = [0.0] * len(slots) if power is None else power
         produced = [0] * len(slots) if produced is None else produced
-        for s, o, r, g, c, stops, k, w, n in zip(slots, owners, remaining, gate, cap, stop_tokens, rule, power,
-                                                 produced):
-            self._staged[s] = (float(r), float(g), int(c), int(k), float(w), int(n), sorted({int(t) for t in stops}))
+        rate = [0.0] * len(slots) if rate is None else rate
+        burst_left = [math.inf] * len(slots) if burst_left is None else burst_left
+        for s, o, r, g, c, stops, k, w, n, a, b in zip(slots, owners, remaining, gate, cap, stop_tokens, rule, power,
+                                                       produced, rate, burst_left):
+            self._staged[s] = (float(r), float(g), int(c), int(k), float(w), int(n), float(a), float(b),
+                               sorted({int(t) for t in stops}))
             self._forget(s)
             capped = k == SAMPLED_RULE_ID or RULES[RULE_NAMES[k]].capped
             if r > 0 and g > 0 and (c > 0 or not capped):
@@ -176,7 +207,7 @@ class ASDLedgerTable:
             owned = s in self.owner
             self._forget(s)
             if owned or s in self._staged:
-                self._staged[s] = (0.0, 0.0, 0, 0, 0.0, 0, [])
+                self._staged[s] = (0.0, 0.0, 0, 0, 0.0, 0, 0.0, 0.0, [])
 
     def _forget(self, slot: int) -> None:
         """Drop ``slot`` from the host view (owner, rule counts)."""
@@ -200,16 +231,23 @@ class ASDLedgerTable:
     # -- the verify step (stream order) ---------------------------------------------------------
 
     def begin_verify(self, rows: torch.Tensor) -> LedgerRows:
-        """Apply staged writes, then gather ``rows`` ([bs] slots on the device)."""
+        """Apply staged writes, then gather ``rows`` ([bs] slots on the device) and each row's
+        ``limit`` (the accrual, module docstring)."""
         if self._staged:
             self._apply_staged()
-        return LedgerRows(self.remaining[rows], self.gate[rows], self.cap[rows], self.stop_tokens[rows],
-                          self.rule[rows], self.power[rows], self.produced[rows])
+        remaining, produced = self.remaining[rows], self.produced[rows]
+        rate, burst_left = self.rate[rows], self.burst_left[rows]
+        limit = torch.minimum(remaining, rate * produced.to(rate.dtype) + burst_left)
+        return LedgerRows(remaining, self.gate[rows], self.cap[rows], self.stop_tokens[rows],
+                          self.rule[rows], self.power[rows], produced, rate, burst_left, limit)
 
-    def charge(self, rows: torch.Tensor, remaining: torch.Tensor) -> None:
-        """Write back each row's remaining budget after the round (``rows`` [bs], ``remaining`` [bs]);
-        the caller passes rows of rules without a ledger unchanged."""
+    def charge(self, rows: torch.Tensor, remaining: torch.Tensor, burst_left: Optional[torch.Tensor] = None) -> None:
+        """Write back each row's remaining budget after the round (``rows`` [bs], ``remaining`` [bs])
+        and, with ``burst_left`` [bs], its accrual column (lowered by the same spend); the caller
+        passes rows of rules without a ledger unchanged."""
         self.remaining.index_put_((rows,), remaining)
+        if burst_left is not None:
+            self.burst_left.index_put_((rows,), burst_left)
 
     def advance(self, rows: torch.Tensor, produced: torch.Tensor) -> None:
         """Write back each row's output count after the round (``rows`` [bs], ``produced`` [bs]: the
@@ -218,17 +256,17 @@ class ASDLedgerTable:
 
     def _apply_staged(self) -> None:
         staged, self._staged = self._staged, {}
-        width = max(len(v[6]) for v in staged.values())
+        width = max(len(v[-1]) for v in staged.values())
         if width > self.stop_tokens.shape[1]:  # rare: grow to the next power of two, in stream order
             grown = torch.full((self.stop_tokens.shape[0], _next_pow2(width)), -1, dtype=torch.int64,
                                device=self.device)
             grown[:, : self.stop_tokens.shape[1]] = self.stop_tokens
             self.stop_tokens = grown
         T = self.stop_tokens.shape[1]
-        packed = [[s, r, g, c, k, w, n, *stops, *([-1] * (T - len(stops)))]
-                  for s, (r, g, c, k, w, n, stops) in staged.items()]
+        packed = [[s, r, g, c, k, w, n, a, b, *stops, *([-1] * (T - len(stops)))]
+                  for s, (r, g, c, k, w, n, a, b, stops) in staged.items()]
         pinned = self.device.type == "cuda"
-        host = torch.tensor(packed, dtype=torch.float64, pin_memory=pinned)  # [n, 7 + T]
+        host = torch.tensor(packed, dtype=torch.float64, pin_memory=pinned)  # [n, _FIELDS + T]
         block = host.to(self.device, non_blocking=pinned)
         idx = block[:, 0].long()
         self.remaining[idx] = block[:, 1].float()
@@ -237,6 +275,8 @@ class ASDLedgerTable:
         self.rule[idx] = block[:, 4].int()
         self.power[idx] = block[:, 5].float()
         self.produced[idx] = block[:, 6].int()
+        self.rate[idx] = block[:, 7].float()
+        self.burst_left[idx] = block[:, 8].float()  # +inf stays +inf
         self.stop_tokens[idx] = block[:, _FIELDS:].long()
 
 

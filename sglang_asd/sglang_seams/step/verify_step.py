@@ -16,7 +16,10 @@ holds everything else, once.
 
 The step, numbered as in the code:
 1. ``open``: the batch's ledger rows. The ledger table applies its staged admissions and
-   releases, then gathers the batch's rows (remaining, gate, cap, stop tokens, rule, power); the
+   releases, then gathers the batch's rows (remaining, gate, cap, stop tokens, rule, power, the
+   output count and the accrual) and each row's ``limit``: its remaining, and under a per-token rate
+   at most rate x produced + burst - spent (``state/ledger_table.py`` "Accrual"), which is the
+   remaining every verifier and ``rows_on`` read in this step; the
    greedy rows ASD decides (``active``, ``verify.rules.rows_on``) and, where the caller serves
    the sampled rule and the table holds a sampled row, the sampled rows (``sampled_active``,
    ``sampled_rows_on``; disjoint from ``active`` by rule id). No table, no ASD row in it, or an
@@ -58,7 +61,11 @@ charged for the round N+1 it was still part of (the device charge of that round 
 finished request's row, which its release zeroes). The rules add no ordering of their own: a
 row's rule id is written only with its admission (staged, applied by ``open``), the kernel choice
 reads the host view that matches exactly the rows applied at this step's issue, and only asd and
-sampled rows' ``remaining`` changes from round to round. Host views (``rules_active``,
+sampled rows' ``remaining`` changes from round to round. The accrual adds none either: its
+``burst_left`` column is charged with ``remaining``, by the same ``settle`` write order, and the
+limit is computed in ``open`` from the columns the previous step's ``settle`` left on this stream
+(charge and output count), so it lags the device by nothing and the host by the same one round as
+``remaining``. Host views (``rules_active``,
 ``sampled_active``, ``holds_asd``) are host state: the step never syncs with the device.
 
 Tensor parallelism. Every rank runs the step on its own logits and ledger table; the ledgers stay
@@ -150,9 +157,9 @@ def open(batch, group=None, *, sampled: bool = False, **call) -> Optional[Verify
     slots = batch.req_pool_indices  # [bs] device
     r = table.begin_verify(slots)  # staged admissions and releases applied first: the host views are exact now
     return VerifyStep(
-        table=table, slots=slots, rows=r, active=rows_on(r.remaining, r.gate, r.cap, r.rule),
+        table=table, slots=slots, rows=r, active=rows_on(r.limit, r.gate, r.cap, r.rule),
         rules_active=table.rules_active,
-        sampled_active=sampled_rows_on(r.remaining, r.gate, r.cap, r.rule) if sampled and table.sampled_active else None,
+        sampled_active=sampled_rows_on(r.limit, r.gate, r.cap, r.rule) if sampled and table.sampled_active else None,
         group=group, slots_cpu=getattr(batch, "req_pool_indices_cpu", None), **call)
 
 
@@ -185,7 +192,7 @@ def decide(step: VerifyStep, candidates: torch.Tensor, logits: torch.Tensor, ret
     ``step.active``."""
     r = step.rows
     check_variant(candidates, logits, depth, r.stop_tokens, target_predict, step.rules_active)
-    out = asd_verify(candidates, logits, retrieve_next_token, retrieve_next_sibling, r.remaining, r.gate, r.cap,
+    out = asd_verify(candidates, logits, retrieve_next_token, retrieve_next_sibling, r.limit, r.gate, r.cap,
                      depth, stop_tokens=r.stop_tokens, target_predict=target_predict, rule=r.rule,
                      rules_present=step.rules_active, tree_depth_gate=tree_depth_gate)
     step.decision = rank_consistent(out, step.group)
@@ -204,7 +211,7 @@ def decide_sampled(step: VerifyStep, predicts, accept_index, accept_token_num, c
     out = asd_sampled_verify(
         predicts, accept_index, accept_token_num, candidates, retrieve_index, retrieve_next_token,
         retrieve_next_sibling, coins, final_coins, target_probs,
-        remaining=torch.where(on, r.remaining, torch.zeros_like(r.remaining)),
+        remaining=torch.where(on, r.limit, torch.zeros_like(r.limit)),
         floor=r.gate, cap=r.cap, power=r.power, stop_tokens=r.stop_tokens,
         threshold_single=threshold_single, threshold_acc=threshold_acc, max_children=step.max_children)
     step.sampled = rank_consistent(out, group)
@@ -251,12 +258,12 @@ def settle(step: VerifyStep, candidates: torch.Tensor, depth: int, sglang_result
     same stream order as the charge (``state/ledger_table.py``)."""
     out = step.decision if step.decision is not None else _no_exception(*sglang_result, depth)
     r = step.rows
-    remaining = r.remaining
-    if step.sampled is not None:  # the sampled rows' KL
-        remaining = remaining - torch.where(step.sampled_active, step.sampled.spent, torch.zeros_like(step.sampled.spent))
     bs = step.slots.shape[0]
     charged = step.active & row_traits(r.rule, bs, r.rule.device).ledger  # asd rows only
-    step.table.charge(step.slots, remaining - torch.where(charged, out.spent, torch.zeros_like(out.spent)))
+    spent = torch.where(charged, out.spent, torch.zeros_like(out.spent))  # [bs] this round's spend per row
+    if step.sampled is not None:  # the sampled rows' KL (disjoint from the greedy rows)
+        spent = spent + torch.where(step.sampled_active, step.sampled.spent, torch.zeros_like(step.sampled.spent))
+    step.table.charge(step.slots, r.remaining - spent, r.burst_left - spent)  # the accrual: the same spend
     # Output tokens committed this round, every row: SGLang's merged count where it gives one (a
     # tree: greedy and sampled rows merged), else the decision's (a chain's ASD rows; its other
     # rows are strict greedy there, which is SGLang's chain verify).
