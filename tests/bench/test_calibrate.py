@@ -146,6 +146,21 @@ def test_server_settings_of_a_setting():
     assert calibrate_report.server_settings({"asd_budget": 100.0})["flags"].endswith("--asd-max-budget 100")
 
 
+
+def test_a_per_token_setting_maps_to_the_servers_default_rate_and_its_flags_parse():
+    from sglang_asd.bench.arms import parse_arms
+    from sglang_asd.server_settings import split_argv
+
+    (arm,) = parse_arms("pt02:asd_budget_per_token=0.02,asd_budget_burst=0.5")
+    assert arm.fields == {"asd_budget_per_token": 0.02, "asd_budget_burst": 0.5} and arm.budget is None
+    s = calibrate_report.server_settings(dict(arm.fields))
+    assert s["flags"] == "--asd-budget-per-token 0.02 --asd-budget-burst 0.5"
+    settings, rest = split_argv(s["flags"].split())
+    assert (settings.budget_per_token, settings.budget_burst, rest) == (0.02, 0.5, [])
+    assert calibrate_report.server_settings({"asd_budget_per_token": 2.0})["flags"].endswith(
+        "--asd-max-budget-per-token 2")
+
+
 # ---------------------------------------------------------------- the quick recipe
 
 
