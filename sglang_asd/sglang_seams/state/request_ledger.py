@@ -25,9 +25,8 @@ whether the bound held at all of them (``accrual_held``).
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Mapping, Optional
-
 import math
+from typing import Any, Mapping, Optional
 
 from sglang_asd.policy import ASDConfig, validate_budget, validate_budget_burst, validate_budget_per_token
 from sglang_asd.policy.sampled import SAMPLED_RULE, SAMPLED_RULE_VERSION, SampledConfig

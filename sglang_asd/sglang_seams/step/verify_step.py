@@ -40,7 +40,8 @@ The step, numbered as in the code:
    used (rows other than the sampled ones get remaining 0: SGLang's walk), on fresh buffers.
 3. ``settle``: the device ledger is charged in one write (asd rows: their regret; sampled rows:
    their KL, ``spent`` of the sampled verifier; strict rows spend 0, padding rows map to the
-   all-zero slot 0, local rows keep B for the next block, margin and threshold have no ledger),
+   all-zero slot 0, local rows keep B for the next block, margin and threshold have no ledger;
+   the accrual column ``burst_left`` is lowered by the same spend, +inf staying +inf),
    and the round's receipts (``ASDRoundOutput.of_round``, ``with_sampled``) are left on the step;
    ``attach`` hands them to SGLang with the batch's logits output, copied to the host with the
    batch's tokens and consumed once SGLang has committed them (``state/round_output.py``).
