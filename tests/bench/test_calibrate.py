@@ -329,6 +329,28 @@ def test_calibrate_end_to_end_on_a_tiny_cpu_server(servers, tmp_path):
     assert "does not measure" in (quick / "calibrate.md").read_text()
 
 
+
+@pytest.mark.server
+@pytest.mark.server_group("eagle")
+def test_calibrate_measures_a_per_token_setting_on_a_tiny_cpu_server(servers, tmp_path):
+    """A per-token arm (``--arms 'pt05:asd_budget_per_token=0.05'``) runs end to end: its requests carry
+    the rate, its spend stays within rate x tokens, and its settings are the server's default rate."""
+    url = servers.get("eagle").url
+    prompts = tmp_path / "mine.jsonl"
+    prompts.write_text("".join(json.dumps({"id": f"q{i}", "prompt": f"Count from {i}:"}) + "\n" for i in range(2)))
+    out = tmp_path / "per_token"
+    assert calibrate.main(["--url", url, "--prompts", str(prompts), "--budgets", "0",
+                           "--arms", "pt05:asd_budget_per_token=0.05", "--max-new-tokens", "12",
+                           "--speed-max-new-tokens", "12", "--concurrency", "2", "--api", "generate",
+                           "--min-agreement", "0.95", "--out", str(out)]) == 0
+    result = json.loads((out / "calibrate.json").read_text())
+    strict, pt = result["rows"]
+    assert (strict["arm"], pt["arm"], pt["pairs"]) == ("strict", "pt05", 2)
+    assert pt["field_values"] == {"asd_budget_per_token": 0.05}
+    assert 0 <= pt["spent_mean"] <= pt["spent_max"] <= 0.05 * 12 + 1e-4
+    assert "--asd-budget-per-token 0.05" in (out / "calibrate.md").read_text()
+
+
 def test_no_recommendation_before_the_speed_of_a_qualifying_setting_is_measured():
     items = _items(STRICT_ARM, 500) + _items(B2, 500)
     quality = calibrate_summary.quality_rows(items, [STRICT_ARM, B2], 0.95)

@@ -74,7 +74,9 @@ def test_greedy_rates_under_churn_hold_the_bound_at_every_event(server):
         events += len(check_accrual(r, rate, params.get("asd_budget_burst", 0.0)))
         spent.setdefault(rate, []).append(r["spent"])
     assert events > 0, "the tiny noisy EAGLE pair must take some exceptions under a rate"
-    assert sum(spent[0.02]) <= sum(spent[0.1]) <= sum(spent[0.5]), spent
+    fixed = sum(out["meta_info"]["asd"]["spent"] for (_, params), out in zip(jobs, outs)
+                if params.get("asd_budget") == 8)
+    assert sum(spent[0.02]) < fixed, "the slowest rate binds where a fixed budget of 8 does not"
     solo = server.generate(PROMPTS[0], **_greedy(asd_budget_per_token=0.1))
     assert solo["output_ids"] == outs[1]["output_ids"], "a greedy row must not depend on its batch"
 
@@ -86,7 +88,10 @@ def test_sampled_rates_hold_the_bound_at_every_relaxed_node(server):
             out = server.generate(p, temperature=0.1, sampling_seed=1000 + i, max_new_tokens=MAX_NEW,
                                   ignore_eos=True, asd_budget_per_token=rate)
             r = check_sampled_receipt(out, MAX_BUDGET)
-            outs.append(len(check_accrual(r, rate)))
+            events = check_accrual(r, rate)
+            outs.append(len(events))
+            if rate == 0.01 and events:  # the slow rate binds: the last node spends close to its allowance
+                assert r["accrual_min_headroom"] < 0.05, r
     assert sum(outs) > 0, "the tiny EAGLE pair must relax some nodes under a rate"
 
 
