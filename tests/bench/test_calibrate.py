@@ -334,7 +334,7 @@ def test_calibrate_end_to_end_on_a_tiny_cpu_server(servers, tmp_path):
 @pytest.mark.server_group("eagle")
 def test_calibrate_measures_a_per_token_setting_on_a_tiny_cpu_server(servers, tmp_path):
     """A per-token arm (``--arms 'pt05:asd_budget_per_token=0.05'``) runs end to end: its requests carry
-    the rate, its spend stays within rate x tokens, and its settings are the server's default rate."""
+    the rate, its spend stays within rate x tokens, and the report names it."""
     url = servers.get("eagle").url
     prompts = tmp_path / "mine.jsonl"
     prompts.write_text("".join(json.dumps({"id": f"q{i}", "prompt": f"Count from {i}:"}) + "\n" for i in range(2)))
@@ -348,7 +348,7 @@ def test_calibrate_measures_a_per_token_setting_on_a_tiny_cpu_server(servers, tm
     assert (strict["arm"], pt["arm"], pt["pairs"]) == ("strict", "pt05", 2)
     assert pt["field_values"] == {"asd_budget_per_token": 0.05}
     assert 0 <= pt["spent_mean"] <= pt["spent_max"] <= 0.05 * 12 + 1e-4
-    assert "--asd-budget-per-token 0.05" in (out / "calibrate.md").read_text()
+    assert "| pt05 | asd_budget_per_token=0.05 |" in (out / "calibrate.md").read_text()
 
 
 def test_no_recommendation_before_the_speed_of_a_qualifying_setting_is_measured():
