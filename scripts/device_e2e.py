@@ -19,6 +19,8 @@ is recorded as ``skipped: time``):
   2_eagle / 2_ngram / 2_dspark / 2_dflash  slot churn: 400 short requests ending on stop tokens,
            budgets 64 / 0.5 / 8: every receipt spent <= budget, its events' regrets sum to spent,
            every event at an output position
+  2_scope  request scopes (strict prefix, strict spans picked before the model's own exceptions),
+           128 concurrent requests: no receipt event at a position the request's scope forbids
   3        one batch of greedy ASD rows, sampled rows with a budget (the sampled rule) and without
   4        --speculative-adaptive, batch 16, ASD rows: no crash
   5        SGLANG_CRASH_ON_TRITON_LOAD_AFTER_READY=1: no Triton kernel loaded after ready
@@ -58,6 +60,7 @@ PLAN = {
     "2_ngram": (("asd_ngram",), 40, "slot churn, NGRAM: receipts"),
     "2_dspark": (("asd_dspark",), 40, "slot churn, DSPARK: receipts"),
     "2_dflash": (("asd_dflash",), 40, "slot churn, DFLASH: receipts"),
+    "2_scope": (("asd_eagle_chain",), 40, "request scopes: no event outside the scope"),
     "3": (("asd_eagle_chain",), 30, "mixed sampled + ASD rows"),
     "4": (("asd_adaptive",), 40, "--speculative-adaptive, bs 16"),
     "5": (("asd_triton_watch",), 40, "no Triton load after ready"),
@@ -217,6 +220,7 @@ def main(argv=None) -> int:
         "2_ngram": lambda: steps.churn(pool, "asd_ngram", n=60 if args.cpu else 400),
         "2_dspark": lambda: steps.churn(pool, "asd_dspark", n=60 if args.cpu else 400),
         "2_dflash": lambda: steps.churn(pool, "asd_dflash", n=60 if args.cpu else 400),
+        "2_scope": lambda: steps.scope(pool, n=32 if args.cpu else 128, concurrency=16 if args.cpu else 64),
         "3": lambda: steps.mixed_sampling(pool, sampling_verify=not args.cpu),
         "4": lambda: steps.adaptive(pool),
         "5": lambda: steps.triton_watch(pool),

@@ -245,6 +245,9 @@ def main(argv: list[str] | None = None) -> None:
     try:
         settings, sglang_argv = build_argv(argv)
         check_start(sglang_argv, asd_requested=asks_for_asd(argv))
+        if settings.scope.scope == "reasoning" and not _flag_value(sglang_argv, "--reasoning-parser"):
+            raise LaunchError("--asd-scope reasoning needs --reasoning-parser (the reasoning span's think tokens "
+                              "come from SGLang's reasoning parser for the served model)")
     except LaunchError as e:
         print(f"sglang_asd.launch_server: error: {e.message}", file=sys.stderr)
         raise

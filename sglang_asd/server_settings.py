@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import json
 from typing import Any, Mapping, Optional
 
 from sglang_asd.policy.config import (
@@ -26,6 +27,7 @@ from sglang_asd.policy.config import (
     validate_budget_per_token,
     validate_rules,
 )
+from sglang_asd.policy.scope import SCOPES, SPAN_PRESETS, Scope
 from sglang_asd.policy.sampled import (
     DEFAULT_SAMPLED_FLOOR,
     DEFAULT_SAMPLED_MAX_RELAXED,
@@ -57,6 +59,8 @@ class ASDServerSettings:
     sampled: the sampled rule's parameters (``asd-sampled-1``, for sampled requests: floor, power,
         cap); a request may raise the floor or the power and lower the cap, never the reverse.
     max_receipt_events: how many exception events a receipt lists (the counts stay exact).
+    scope: where a request may spend (``policy.scope``: strict prefix, ``"all"`` or ``"reasoning"``,
+        strict spans); a request may only tighten it.
     standalone_draft_fix: serve STANDALONE drafts their own tokens (``sglang_seams/scheduler/standalone_draft.py``);
         off by default, so that without it every draft runs exactly as stock SGLang runs it.
     """
@@ -71,6 +75,7 @@ class ASDServerSettings:
     sampled: SampledConfig = SampledConfig()
     max_receipt_events: int = DEFAULT_MAX_RECEIPT_EVENTS
     standalone_draft_fix: bool = False
+    scope: Scope = Scope()
 
     def __post_init__(self) -> None:
         check_number("asd_default_budget", self.default_budget)
@@ -84,6 +89,8 @@ class ASDServerSettings:
             raise ValueError(f"config must be an ASDConfig, got {self.config!r}")
         if not isinstance(self.sampled, SampledConfig):
             raise ValueError(f"sampled must be a SampledConfig, got {self.sampled!r}")
+        if not isinstance(self.scope, Scope):
+            raise ValueError(f"scope must be a Scope, got {self.scope!r}")
         object.__setattr__(self, "allowed_rules", validate_rules(self.allowed_rules))
         if self.config.rule not in self.allowed_rules:
             raise ValueError(f"asd_rule must be one of asd_allowed_rules ({', '.join(self.allowed_rules)}), "
@@ -98,11 +105,13 @@ class ASDServerSettings:
     @classmethod
     def from_mapping(cls, mapping: Mapping[str, Any]) -> "ASDServerSettings":
         """Strict constructor from flag names (``-`` or ``_``, optional ``asd_`` prefix)."""
-        kwargs, config, sampled, unknown = {}, {}, {}, []
+        kwargs, config, sampled, scope, unknown = {}, {}, {}, {}, []
         for key, value in mapping.items():
             name = key.replace("-", "_")
             name = name[4:] if name.startswith("asd_") else name
-            if name in _RULE_FIELDS:
+            if name in _SCOPE_FIELDS:
+                scope[name] = value
+            elif name in _RULE_FIELDS:
                 config[name] = value
             elif name in _SAMPLED_FLAGS:
                 sampled[_SAMPLED_FLAGS[name]] = value
@@ -112,7 +121,7 @@ class ASDServerSettings:
                 unknown.append(key)
         if unknown:
             raise ValueError(f"unknown ASD setting(s) {sorted(unknown)}; known: {sorted(_FLAG_FIELDS)}")
-        return cls(**kwargs, config=_rule_config(config), sampled=_sampled_config(sampled))
+        return cls(**kwargs, config=_rule_config(config), sampled=_sampled_config(sampled), scope=_scope(scope))
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
@@ -137,11 +146,37 @@ def _sampled_config(values: Mapping[str, Any]) -> SampledConfig:
         raise ValueError(text) from None
 
 
+def _scope(values: Mapping[str, Any]) -> Scope:
+    """The server's scope; ``strict_spans`` as a list, or as the flag's text: a JSON list, or
+    comma-separated preset names. Errors use the flag names (``asd_strict_prefix``)."""
+    values = dict(values)
+    spans = values.get("strict_spans")
+    if isinstance(spans, str):
+        text = spans.strip()
+        if text.startswith("["):
+            try:
+                values["strict_spans"] = json.loads(text)
+            except ValueError:
+                raise ValueError(f"asd_strict_spans must be a JSON list or comma-separated preset names, "
+                                 f"got {spans!r}") from None
+        else:
+            values["strict_spans"] = [p.strip() for p in text.split(",") if p.strip()]
+    if values.get("strict_spans") is None:
+        values.pop("strict_spans", None)
+    try:
+        return Scope(**values)
+    except (TypeError, ValueError) as e:
+        text = str(e)
+        raise ValueError(text if text.startswith("asd_") else f"asd_{text}") from None
+
+
+_SCOPE_FIELDS = tuple(f.name for f in dataclasses.fields(Scope))
 _RULE_FIELDS = tuple(f.name for f in dataclasses.fields(ASDConfig))
 # flag name (without asd_) -> SampledConfig field
 _SAMPLED_FLAGS = {"sampled_" + f.name: f.name for f in dataclasses.fields(SampledConfig)}
-_SETTING_FIELDS = tuple(f.name for f in dataclasses.fields(ASDServerSettings) if f.name not in ("config", "sampled"))
-_FLAG_FIELDS = _SETTING_FIELDS + _RULE_FIELDS + tuple(_SAMPLED_FLAGS)
+_SETTING_FIELDS = tuple(f.name for f in dataclasses.fields(ASDServerSettings)
+                        if f.name not in ("config", "sampled", "scope"))
+_FLAG_FIELDS = _SETTING_FIELDS + _RULE_FIELDS + tuple(_SAMPLED_FLAGS) + _SCOPE_FIELDS
 
 # (field, type, help); bool fields are store_true flags.
 _FLAGS = (
@@ -182,6 +217,16 @@ _FLAGS = (
     ("sampled_max_relaxed_per_block", int,
      f"Sampled rule: most relaxed nodes per draft block; a request may ask for fewer "
      f"(default {DEFAULT_SAMPLED_MAX_RELAXED})."),
+    ("strict_prefix", int,
+     "Output tokens at the start of every response that are strict (no exception, no relaxed node); a request "
+     "may ask for more with asd_strict_prefix, never fewer (default 0)."),
+    ("scope", str,
+     f"Where requests may spend: {' or '.join(SCOPES)} (only inside the reasoning span of --reasoning-parser); "
+     "a request may narrow all to reasoning, never widen it (default all)."),
+    ("strict_spans", str,
+     f"Spans that are strict for every request: comma-separated presets ({', '.join(SPAN_PRESETS)}) or a JSON "
+     "list of presets and [open, close] marker pairs, each marker a single token of the served tokenizer; a "
+     "request may add spans (default none)."),
     ("max_receipt_events", int,
      f"How many exception events a receipt lists (default {DEFAULT_MAX_RECEIPT_EVENTS}); counts stay exact."),
     ("standalone_draft_fix", bool,
@@ -198,6 +243,8 @@ def add_cli_args(parser: argparse.ArgumentParser) -> None:
         flags = ("--asd-" + field.replace("_", "-"), "--asd_" + field)  # the second: YAML keys with underscores
         if field in _SAMPLED_FLAGS:
             default = getattr(defaults.sampled, _SAMPLED_FLAGS[field])
+        elif field in _SCOPE_FIELDS:
+            default = None if field == "strict_spans" else getattr(defaults.scope, field)
         else:
             default = getattr(defaults.config if field in _RULE_FIELDS else defaults, field)
         if typ is bool:

@@ -194,6 +194,60 @@ def churn(pool: ServerPool, name: str, n: int = 400, concurrency: int = 64) -> d
             "server": name, "requests": n, "concurrency": concurrency, "start_s": start_s, **res}
 
 
+def scope(pool: ServerPool, name: str = "asd_eagle_chain", n: int = 128, concurrency: int = 64) -> dict:
+    """Step 2_scope: request scopes on the GPU. ``n`` concurrent requests (budget 64) with a strict
+    prefix, a strict span whose open marker is a token the model emits right before one of its
+    exceptions (so the span matters), a toggling span, or none; every event is replayed on the
+    client against the pure rule (``policy.scope``) over the request's prompt and output ids: no
+    event at a position its scope forbids, some event allowed, some node kept strict."""
+    sys.path.insert(0, str(ROOT))
+    from transformers import AutoTokenizer
+
+    from sglang_asd.fixtures import fixture_path
+    from sglang_asd.policy.scope import Scope, resolve, single_token_id
+
+    url, start_s = pool.url(SERVERS[name])
+    tok = AutoTokenizer.from_pretrained(str(fixture_path("tiny-llama")))
+    token_id = single_token_id(tok)
+    single = lambda t: tok.decode([t]) if token_id(tok.decode([t])) == t else None  # noqa: E731
+    prompts_ = prompts(n, 29, 4, 24)
+    sampling = {"temperature": 0, "max_new_tokens": 48, "ignore_eos": True, "asd_budget": 64.0}
+    base = generate_many(url, [{"input_ids": p, "sampling": sampling} for p in prompts_], concurrency=concurrency)
+    seen = {t for a in base for t in a.get("output_ids") or []}
+    open_ = next((single(a["output_ids"][e["pos"] - 1]) for a in base for e in (receipt(a) or {}).get("events", [])
+                  if e["pos"] > 0 and single(a["output_ids"][e["pos"] - 1])), None)
+    close = next((single(t) for t in range(100, 2048) if t not in seen and single(t)), None)
+    if open_ is None or close is None:
+        return {"ok": False, "error": "no single-token marker before an exception in the baseline"}
+    variants = [{"asd_strict_spans": [[open_, close]]}, {"asd_strict_prefix": 5},
+                {"asd_strict_spans": [[open_, close]], "asd_strict_prefix": 3}, {"asd_strict_spans": [[open_, open_]]}]
+    params = [variants[i % len(variants)] for i in range(n)]
+    answers = generate_many(url, [{"input_ids": p, "sampling": {**sampling, **v}} for p, v in zip(prompts_, params)],
+                            concurrency=concurrency)
+    bad, events, skipped = [], 0, 0
+    for i, (a, p, v) in enumerate(zip(answers, prompts_, params)):
+        r = receipt(a) or {}
+        if "error" in a or not r.get("applied"):
+            bad.append({"i": i, "error": a.get("error") or "not applied"})
+            continue
+        scope_ = Scope().tightened(strict_prefix=v.get("asd_strict_prefix"), strict_spans=v.get("asd_strict_spans"))
+        markers = resolve(scope_, token_id)
+        out = a["output_ids"]
+        skipped += int(r["scope"]["skipped"])
+        for e in r["events"]:
+            events += 1
+            if not markers.allowed(markers.state_after(p + out[:e["pos"]]), e["pos"], e["draft"], e["target"]):
+                bad.append({"i": i, "event": e, "scope": scope_.parameters()})
+    err = None
+    if bad:
+        err = f"{len(bad)} answers with an event outside the scope or no receipt"
+    elif not events or not skipped:
+        err = f"vacuous: {events} events, {skipped} nodes kept strict"
+    return {"ok": err is None and healthy(url), "error": err or (None if healthy(url) else "server not healthy"),
+            "server": name, "requests": n, "markers": [open_, close], "events": events, "scope_skipped": skipped,
+            "violations": bad[:20], "start_s": start_s}
+
+
 def exact_drafts(pool: ServerPool, names=("asd_dspark_exact", "asd_dflash_exact"), n: int = 16,
                  max_new: int = 41) -> dict:
     """Step 1e: drafts that reproduce the target (``tiny-dspark-exact``, ``tiny-dflash-exact``): ``n``

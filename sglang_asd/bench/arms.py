@@ -19,6 +19,13 @@ string (``asd_rule=margin``). ``--budgets 0,2,8`` is shorthand for
 the arms ``strict``, ``b2``, ``b8``. The server validates the values; a bad one comes back as a
 400 naming the field, which the benchmark reports.
 
+Scope fields (docs/CONTRACTS.md, "Scopes"): ``asd_strict_prefix=16`` and ``asd_scope=reasoning`` as
+any field; ``asd_strict_spans`` is a list: its value is spans joined by ``+``, each a preset name
+or ``OPEN|CLOSE`` (``asd_strict_spans=tool_call+<answer>|</answer>`` sends
+``["tool_call", ["<answer>", "</answer>"]]``)::
+
+    --arms 'b8p16:asd_budget=8,asd_strict_prefix=16;b8tool:asd_budget=8,asd_strict_spans=tool_call'
+
 ``--rules`` is shorthand for arms of the acceptance rules (docs/CONTRACTS.md), each swept over
 its own knob: ``RULE=V1|V2,...`` (``rule_arms``)::
 
@@ -42,11 +49,12 @@ from sglang_asd.bench.client import parse_budgets
 STRICT = "strict"
 PLAIN = "plain"
 BUDGET_FIELD = "asd_budget"
+SPANS_FIELD = "asd_strict_spans"
 _LABEL = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.+-]{0,39}$")
 _FIELD = re.compile(r"^asd_[a-z0-9_]+$")
 _INT = re.compile(r"^[+-]?[0-9]+$")
 
-Value = Union[int, float, str]
+Value = Union[int, float, str, list]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -107,6 +115,18 @@ def _value(label: str, field: str, text: str) -> Value:
     return number
 
 
+def _spans(label: str, text: str) -> list:
+    """``asd_strict_spans``' value: ``SPAN+SPAN``, a span a preset name or ``OPEN|CLOSE``."""
+    spans = []
+    for part in text.strip().split("+"):
+        open_, bar, close = part.partition("|")
+        if not part or (bar and not (open_ and close)):
+            raise ValueError(f"arm {label}: {SPANS_FIELD} is SPAN+SPAN..., each a preset name or OPEN|CLOSE, "
+                             f"got {text.strip()!r}")
+        spans.append([open_, close] if bar else part)
+    return spans
+
+
 def parse_arm(spec: str) -> Arm:
     """``"b8g05:asd_budget=8,asd_gate=0.5"`` -> ``Arm("b8g05", {...})``."""
     label, sep, body = spec.partition(":")
@@ -123,7 +143,7 @@ def parse_arm(spec: str) -> Arm:
             raise ValueError(f"arm {label}: field names must be asd_* in lower case, got {name!r}")
         if name in fields:
             raise ValueError(f"arm {label}: field {name} given twice")
-        fields[name] = _value(label, name, value)
+        fields[name] = _spans(label, value) if name == SPANS_FIELD else _value(label, name, value)
     if label in (PLAIN,):
         raise ValueError(f"arm label {PLAIN!r} is reserved for the server without speculative decoding")
     return Arm(label, fields)

@@ -2,7 +2,9 @@
 the logits are on a CUDA device, Triton imports and every row's rule is one the kernel decides (asd,
 local: ``rules.ASD_KERNEL_RULES``); the torch verifier (``asd_verify_torch``) everywhere else.
 Both give the same outputs bit for bit on the kernel's rules (``tests/verify/test_triton_parity.py``),
-so the choice changes speed, never a decision.
+so the choice changes speed, never a decision. A batch holding a scoped row (``verify.scope``,
+host-known from the ledger table) runs the torch verifier, greedy and sampled alike: the fused
+kernels take no scope yet.
 
 The choice depends on the device, on whether Triton imports and on ``rules_present`` (host-known:
 the ledger table's view of the rules its rows use), never on tensor values, so it needs no sync.
@@ -31,6 +33,7 @@ from sglang_asd.verify import sampled_verify
 from sglang_asd.verify.output import ASDVerifyOutput
 from sglang_asd.verify.rules import needs_torch_path
 from sglang_asd.verify.sampled_verify import SampledVerifyOutput
+from sglang_asd.verify.scope import ScopeRows
 from sglang_asd.verify.torch_verify import asd_verify_torch
 
 __all__ = ["ASDVerifyOutput", "SampledVerifyOutput", "asd_sampled_verify", "asd_verify"]
@@ -63,14 +66,16 @@ def asd_verify(
     rule: Optional[torch.Tensor] = None,  # [bs] int32 rule id per row; None: every row asd
     rules_present: Optional[AbstractSet[str]] = None,  # host-known superset of the rules in ``rule``
     tree_depth_gate: bool = False,  # NGRAM: q_i = (row's tree depth) - i instead of K - i
+    scope: Optional[ScopeRows] = None,  # each row's scope (``verify.scope``); None: every position allowed
 ) -> ASDVerifyOutput:
     """The batched verify (docs/CONTRACTS.md); see ``torch_verify.asd_verify_torch``."""
-    torch_only = rule is not None and needs_torch_path(rules_present if rules_present is not None else RULE_NAMES)
+    torch_only = scope is not None or (
+        rule is not None and needs_torch_path(rules_present if rules_present is not None else RULE_NAMES))
     impl = _triton_verify() if logits.is_cuda and not torch_only else None
     if impl is None:
         return asd_verify_torch(candidates, logits, retrieve_next_token, retrieve_next_sibling, remaining, gate,
                                 cap, depth, stop_tokens=stop_tokens, target_predict=target_predict, rule=rule,
-                                rules_present=rules_present, tree_depth_gate=tree_depth_gate)
+                                rules_present=rules_present, tree_depth_gate=tree_depth_gate, scope=scope)
     return impl(candidates, logits, retrieve_next_token, retrieve_next_sibling, remaining, gate, cap, depth,
                 stop_tokens=stop_tokens, target_predict=target_predict, tree_depth_gate=tree_depth_gate)
 
@@ -106,12 +111,15 @@ def asd_sampled_verify(
     threshold_single: float = 1.0,
     threshold_acc: float = 1.0,
     max_children: Optional[int] = None,
+    scope: Optional[ScopeRows] = None,
 ) -> SampledVerifyOutput:
     """The sampled verify (``sampled_verify.asd_sampled_verify`` documents it): the fused kernel on
-    CUDA, the torch verifier elsewhere."""
+    CUDA, the torch verifier elsewhere (and for a batch holding a scoped row)."""
     args = (predicts, accept_index, accept_token_num, candidates, retrieve_index, retrieve_next_token,
             retrieve_next_sibling, uniform_samples, uniform_samples_for_final_sampling, target_probs, remaining,
             floor, cap, power, stop_tokens, threshold_single, threshold_acc, max_children)
+    if scope is not None:
+        return sampled_verify.asd_sampled_verify(*args, scope=scope)
     fusable = (target_probs.is_cuda and target_probs.dtype == torch.float32 and predicts.is_contiguous()
                and accept_index.is_contiguous()
                and all(t.dtype == torch.int32 for t in (predicts, accept_index, accept_token_num)))

@@ -27,3 +27,4 @@ class ASDVerifyOutput:
     exception_regret: torch.Tensor  # [bs, K] float32: its regret (0 elsewhere)
     target_token: torch.Tensor  # [bs, K] int64: the target argmax judging draft position i for i <= num_correct_drafts (the bonus at i == num_correct_drafts); -1 beyond
     num_suffix_tokens: torch.Tensor  # [bs] int32: exact tokens accepted after the first exception (suffix reuse)
+    scope_skipped: torch.Tensor  # [bs] int32: nodes hanging from the accepted path that the rule's node gates passed but the row's scope did not allow (``verify.scope``; 0 without a scope)

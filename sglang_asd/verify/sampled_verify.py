@@ -23,7 +23,8 @@ from typing import Optional
 
 import torch
 
-from sglang_asd.verify.tree_links import tree_links
+from sglang_asd.verify.scope import ScopeRows, allowed_nodes
+from sglang_asd.verify.tree_links import node_depths, tree_links
 
 
 @dataclasses.dataclass(frozen=True)
@@ -66,6 +67,7 @@ def _relax_choice(
     floor: torch.Tensor,  # [bs] float32
     power: torch.Tensor,  # [bs] float32
     stop_tokens: Optional[torch.Tensor],  # [bs, T] int64 -1 padded
+    allowed: Optional[torch.Tensor] = None,  # [bs, W] bool nodes the scope allows; None: all
 ):
     """Per parent node P: the child to relax if P is relaxed (``policy.sampled.choose_relaxed_child``
     without the ledger and cap tests, which depend on the walk). -> best [bs, W] int64 child node
@@ -81,6 +83,8 @@ def _relax_choice(
     eligible = has_parent & (q >= floor[:, None]) & (a64 > q64)
     if stop_tokens is not None:
         eligible &= ~(candidates[:, :, None] == stop_tokens[:, None, :]).any(dim=-1)
+    if allowed is not None:
+        eligible &= allowed
     # A parent whose children share a token is never relaxed (SGLang's walk is not exact there).
     key = (parent + 1) * 2**32 + candidates  # [bs, W] one int64 per (parent, token)
     duplicate = has_parent & ((key[:, :, None] == key[:, None, :]).sum(dim=-1) > 1)
@@ -126,6 +130,7 @@ def asd_sampled_verify(
     threshold_single: float = 1.0,  # SGLang's server-wide walk thresholds (1: exact)
     threshold_acc: float = 1.0,
     max_children: Optional[int] = None,  # host-known bound on a node's children (EAGLE: topk), <= W - 1 used
+    scope: Optional[ScopeRows] = None,  # each row's scope (``verify.scope``); None: every position allowed
 ) -> SampledVerifyOutput:
     """Walk every row's draft tree (``policy.sampled_walk.sample_block``), write the accepted path
     into ``predicts`` / ``accept_index`` / ``accept_token_num`` as SGLang's kernel does, and
@@ -137,7 +142,10 @@ def asd_sampled_verify(
     loop runs ``sibling_steps(W, max_children)`` = min(max_children, W - 1) steps: a topk above
     the draft width, which SGLang accepts (``--speculative-eagle-topk 4
     --speculative-num-draft-tokens 4``), is a valid bound, never an error in the step. None, or a
-    value below 1, is no bound (W - 1). Host ints only: the loop count is fixed per shape."""
+    value below 1, is no bound (W - 1). Host ints only: the loop count is fixed per shape.
+
+    ``scope``: only a child the row's scope allows may be relaxed (``verify.scope.allowed_nodes``,
+    the target's choice at a parent being its mode); the walk itself is SGLang's."""
     bs, W = candidates.shape
     S = accept_index.shape[1]
     K = S - 1
@@ -153,7 +161,13 @@ def asd_sampled_verify(
     siblings = sibling_steps(W, max_children)
 
     parent, rank = tree_links(next_token, next_sibling)
-    best, q64, a64, charge64 = _relax_choice(candidates, target_probs, parent, rank, floor, power, stop_tokens)
+    allowed = None
+    if scope is not None:
+        up, node_depth = node_depths(parent, K)
+        mode = target_probs.argmax(dim=-1)  # [bs, W] the target's choice at each node
+        allowed = allowed_nodes(scope, candidates, up, node_depth, mode.gather(1, up), K)
+    best, q64, a64, charge64 = _relax_choice(candidates, target_probs, parent, rank, floor, power, stop_tokens,
+                                             allowed)
     best_pad = torch.cat([best, torch.full((bs, 1), W, dtype=best.dtype, device=device)], 1)
     pad64 = torch.zeros(bs, 1, dtype=torch.float64, device=device)
     q64, a64, charge64 = (torch.cat([t, pad64], 1) for t in (q64, a64, charge64))  # column W: no child

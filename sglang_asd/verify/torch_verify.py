@@ -15,12 +15,14 @@ its token is the parent's argmax, an *exception* when a mismatch passes the gate
 
 from __future__ import annotations
 
+import dataclasses
 from typing import AbstractSet, Optional
 
 import torch
 
 from sglang_asd.verify.output import ASDVerifyOutput
 from sglang_asd.verify.rules import row_traits
+from sglang_asd.verify.scope import ScopeRows, allowed_nodes
 from sglang_asd.verify.tree_links import node_depths, row_tree_depth, tree_links
 
 
@@ -77,6 +79,7 @@ def asd_verify_torch(
     rule: Optional[torch.Tensor] = None,  # [bs] int32 rule id per row (``rules.RULE_ID``); None: all asd
     rules_present: Optional[AbstractSet[str]] = None,  # host-known superset of the rules in ``rule``
     tree_depth_gate: bool = False,  # NGRAM: q_i = (row's tree depth) - i instead of K - i
+    scope: Optional[ScopeRows] = None,  # each row's scope (``verify.scope``); None: every position allowed
 ) -> ASDVerifyOutput:
     """Choose each row's accepted path under its rule; see ``ASDVerifyOutput``.
 
@@ -92,7 +95,9 @@ def asd_verify_torch(
     every row is asd. A ``rules_present`` without a rule that ``rule`` holds is a caller bug (a
     margin row would skip its runner-up test). ``tree_depth_gate`` makes each row's gate use its
     tree's real depth (the deepest node hanging from the root, at most K) for K in q_i = K - i;
-    K stays the loop bound and the output width.
+    K stays the loop bound and the output width. ``scope``: a node the row's scope does not allow
+    (``verify.scope.allowed_nodes``) is never an exception; None computes nothing of it, so an
+    unscoped batch runs exactly as without scopes.
 
     Conventions, as in SGLang: node n of row b is global node b*W + n (SGLang's
     ``retrieve_index``); among siblings carrying the same token only the first in sibling order
@@ -142,6 +147,9 @@ def asd_verify_torch(
     if stop_tokens is not None:
         is_stop = (candidates[:, :, None] == stop_tokens[:, None, :]).any(dim=-1)
         exception &= ~is_stop
+    gated = exception
+    if scope is not None:
+        exception = exception & allowed_nodes(scope, candidates, up, node_depth, target_predict.gather(1, up), K)
     node_ok = (node == 0) | has_parent & ~shadowed & (exact | exception)
     node_exceptions = exception.long()
     node_regret = torch.where(exception, regret, 0.0)
@@ -167,7 +175,15 @@ def asd_verify_torch(
     least_regret = torch.where(tied, path_regret, float("inf")).amin(dim=1, keepdim=True)
     tied &= path_regret == least_regret
     chosen = torch.where(tied, node, W).amin(dim=1, keepdim=True)  # [bs, 1]
-    return _outputs(candidates, target_predict, up, node_depth, exception, regret, path_regret, chosen, K)
+    out = _outputs(candidates, target_predict, up, node_depth, exception, regret, path_regret, chosen, K)
+    if scope is None:
+        return out
+    # Scope-skipped: nodes hanging from the accepted path whose node gates passed but the scope not.
+    path = out.accept_index.long() - torch.arange(bs, device=device)[:, None] * W  # [bs, S], -1 padded below 0
+    on_path = torch.zeros(bs, W + 1, dtype=torch.bool, device=device)
+    on_path.scatter_(1, torch.where(path >= 0, path, W), True)
+    skipped = gated & ~exception & ~shadowed & on_path[:, :W].gather(1, up) & ~on_path[:, :W]
+    return dataclasses.replace(out, scope_skipped=skipped.sum(dim=1, dtype=torch.int32))
 
 
 def _outputs(
@@ -217,4 +233,5 @@ def _outputs(
         exception_regret=exception_regret,
         target_token=torch.where(position <= num_correct, target_on_path[:, :K], -1),
         num_suffix_tokens=(accepted_position & ~exception_mask & after_first_exception).sum(dim=1, dtype=torch.int32),
+        scope_skipped=torch.zeros(bs, dtype=torch.int32, device=device),
     )

@@ -119,6 +119,7 @@ def asd_verify_triton(
         exception_regret=torch.empty((bs, K), dtype=torch.float32, device=device),
         target_token=torch.empty((bs, K), dtype=torch.int64, device=device),
         num_suffix_tokens=torch.empty(bs, dtype=torch.int32, device=device),
+        scope_skipped=torch.zeros(bs, dtype=torch.int32, device=device),  # the kernel takes no scope
     )
     if bs == 0:
         return out

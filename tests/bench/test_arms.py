@@ -72,3 +72,15 @@ def test_rules_shorthand_sweeps_each_rule_over_its_knob():
     for bad, message in (("fuzzy=1", "a rule is one of"), ("margin=x", "margin takes numbers"), (" , ", "at least one")):
         with pytest.raises(ValueError, match=message):
             arms.rule_arms(bad)
+
+
+def test_scope_fields_in_arms():
+    """Scope fields travel as the server reads them: the prefix an integer, spans a list."""
+    (a, b) = arms.parse_arms("b8p16:asd_budget=8,asd_strict_prefix=16,asd_scope=reasoning;"
+                             "b8s:asd_budget=8,asd_strict_spans=tool_call+<a>|</a>")
+    assert a.fields == {"asd_budget": 8, "asd_strict_prefix": 16, "asd_scope": "reasoning"}
+    assert isinstance(a.fields["asd_strict_prefix"], int)
+    assert b.fields == {"asd_budget": 8, "asd_strict_spans": ["tool_call", ["<a>", "</a>"]]}
+    assert Arm.from_dict(b.to_dict()) == b
+    with pytest.raises(ValueError, match="asd_strict_spans is SPAN"):
+        arms.parse_arm("x:asd_strict_spans=<a>|")

@@ -92,7 +92,8 @@ def test_receipts_name_the_rule_and_its_parameters_and_claim_no_unenforced_remai
     threshold = receipt(ASDConfig(rule="threshold", threshold=0.75))
     assert (threshold["rule"], threshold["threshold"], threshold["remaining"]) == ("threshold-1", 0.75, None)
     assert list(asd) == ["applied", "reason", "rule", "budget", "spent", "remaining", "gate", "max_exceptions_per_block",
-                         "exceptions", "suffix_tokens", "events", "events_truncated"]
+                         "exceptions", "suffix_tokens", "events", "events_truncated", "scope"]
+    assert asd["scope"] == {"strict_prefix": 0, "scope": "all", "strict_spans": [], "skipped": 0}
 
 
 def test_device_remaining_at_admission():

@@ -36,7 +36,7 @@ def test_cpu_logits_run_the_torch_verifier_and_never_ask_for_triton(monkeypatch,
     args, kwargs = rnd.args(target_predict=given_argmax)
     out = asd_verify(*args, **kwargs)
     assert len(calls) == 1
-    assert calls[0].keys() == {"stop_tokens", "target_predict", "rule", "rules_present", "tree_depth_gate"}
+    assert calls[0].keys() == {"stop_tokens", "target_predict", "rule", "rules_present", "tree_depth_gate", "scope"}
     assert calls[0]["stop_tokens"] is rnd.stop_tokens
     assert (calls[0]["target_predict"] is kwargs["target_predict"]) if given_argmax else calls[0]["target_predict"] is None
     assert_same(out, asd_verify_torch(*args, **kwargs))

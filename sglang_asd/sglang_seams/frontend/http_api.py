@@ -1,9 +1,9 @@
 """The HTTP side of ASD: the request fields and the receipts in responses (launcher process).
 
 Request fields ``asd_budget``, ``asd_rule``, ``asd_gate``, ``asd_max_exceptions_per_block``,
-``asd_margin``, ``asd_threshold``, the accrual's ``asd_budget_per_token`` and ``asd_budget_burst``, and
-the sampled rule's ``asd_sampled_floor``, ``asd_sampled_power``, ``asd_sampled_max_relaxed_per_block``
-(docs/CONTRACTS.md):
+``asd_margin``, ``asd_threshold``, the accrual's ``asd_budget_per_token`` and ``asd_budget_burst``, the
+sampled rule's ``asd_sampled_floor``, ``asd_sampled_power``, ``asd_sampled_max_relaxed_per_block`` and
+the scope's ``asd_strict_prefix``, ``asd_scope``, ``asd_strict_spans`` (docs/CONTRACTS.md):
 - native ``/generate``: top level, where it applies to every ``sampling_params`` of the request (each
   of a batch's list; one is created when none is given), or inside ``sampling_params`` (an object or
   a list of them), directly or in its ``custom_params``. The top level is the form that works
@@ -61,9 +61,14 @@ from sglang_asd.sglang_seams.state.request_ledger import (
     SAMPLED_CAP_KEY,
     SAMPLED_FLOOR_KEY,
     SAMPLED_POWER_KEY,
+    SCOPE_KEY,
+    STRICT_PREFIX_KEY,
+    STRICT_SPANS_KEY,
     THRESHOLD_KEY,
     RequestASD,
 )
+from sglang_asd.policy.scope import validate_spans
+from sglang_asd.sglang_seams.state.scope_vocab import launcher_vocab
 from sglang_asd.server_settings import ASDServerSettings
 
 RECEIPT_KEY = "asd"
@@ -99,15 +104,23 @@ def validate_fields(fields: dict, settings: ASDServerSettings) -> dict:
 
     The same validation as the scheduler's (``RequestASD.from_custom_params``): the budget within
     the server's maximum, the rule among the server's allowed rules, each parameter no looser than
-    the server's and one that the chosen rule reads."""
+    the server's and one that the chosen rule reads; the scope no looser than the server's, its
+    markers single tokens of the served tokenizer and ``asd_scope='reasoning'`` only on a server
+    with a reasoning parser (``state/scope_vocab.py``)."""
     given = {k: v for k, v in fields.items() if k in REQUEST_KEYS and v is not None}
     choice = RequestASD.from_custom_params(given, settings)
+    if not choice.scope.unscoped and any(k in given for k in (SCOPE_KEY, STRICT_SPANS_KEY)):
+        vocab = launcher_vocab()
+        if vocab is not None:
+            vocab.markers(choice.scope)
     config = choice.config
     validated = {BUDGET_KEY: choice.budget, RULE_KEY: config.rule, GATE_KEY: config.gate,
                  CAP_KEY: config.max_exceptions_per_block, MARGIN_KEY: config.margin, THRESHOLD_KEY: config.threshold,
                  SAMPLED_FLOOR_KEY: choice.sampled.floor, SAMPLED_POWER_KEY: choice.sampled.power,
                  SAMPLED_CAP_KEY: choice.sampled.max_relaxed_per_block, PER_TOKEN_KEY: choice.rate,
-                 BURST_KEY: choice.burst}
+                 BURST_KEY: choice.burst,
+                 STRICT_PREFIX_KEY: choice.scope.strict_prefix, SCOPE_KEY: choice.scope.scope,
+                 STRICT_SPANS_KEY: [list(p) for p in validate_spans(given.get(STRICT_SPANS_KEY, []))]}
     return {k: validated[k] for k in given}
 
 

@@ -96,7 +96,7 @@ def eagle_sample_around(original, *args, **kwargs):
         tree_depth_gate=ngram)
     if step is None:
         if K == 0:
-            verify_step.advance_zero_step(batch)
+            verify_step.advance_zero_step(batch, verify_input.draft_token)
         return original(*args, **kwargs)
     if step.sampled_active is not None and not ngram:
         step.max_children = verify_input.tree_topk

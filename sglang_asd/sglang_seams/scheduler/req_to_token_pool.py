@@ -11,7 +11,8 @@
   by the verify step): its rule id, remaining (asd: budget - host spent, exact at admission: a
   retracted request is only re-admitted after its last in-flight batch was processed; other
   rules: the budget, never decremented), the rule's gate (g, margin or threshold), cap, stop
-  tokens, and its output count (``produced``: ``produced_at_admission``); a strict request gets a zero row. A sampled request's row (rule ``asd-sampled``) holds
+  tokens, its output count (``produced``: ``produced_at_admission``) and, for a scoped request, its
+  scope (``_scope_row``); a strict request gets a zero row. A sampled request's row (rule ``asd-sampled``) holds
   B - spent in nats of KL, its floor in the gate column, its relaxed-node cap in the cap column
   and its power in the power column (``ledger_table.py``). A request under a per-token rate
   (asd or sampled) also stages its rate and burst - host spent (exact at admission, as
@@ -85,6 +86,7 @@ def alloc_around(original, self, reqs, *args, produced_of=produced_at_admission,
     if admitted:
         table = ledger_table(self)
         columns = [_columns(r.asd_ledger) for r in admitted]  # (gate, cap, power) per request
+        produced = [produced_of(r) for r in admitted]
         table.admit(
             slots=[r.kv.req_pool_idx for r in admitted],
             owners=[r.asd_ledger for r in admitted],
@@ -94,7 +96,8 @@ def alloc_around(original, self, reqs, *args, produced_of=produced_at_admission,
             stop_tokens=[_stop_tokens(r) for r in admitted],
             rule=[RULE_ID[r.asd_ledger.rule] for r in admitted],
             power=[c[2] for c in columns],
-            produced=[produced_of(r) for r in admitted],
+            produced=produced,
+            scope=[_scope_row(r, n) for r, n in zip(admitted, produced)],
             rate=[r.asd_ledger.choice.rate if r.asd_ledger.accrues else 0.0 for r in admitted],
             burst_left=[r.asd_ledger.device_burst_left for r in admitted],
         )
@@ -103,6 +106,18 @@ def alloc_around(original, self, reqs, *args, produced_of=produced_at_admission,
     if admitted or lent:
         _report_active(table)
     return result
+
+
+def _scope_row(req, produced: int):
+    """A scoped request's scope columns (``ledger_table.ASDLedgerTable.admit``), or None: its span
+    state after the prompt and the output before its next verify's root (output index
+    ``produced - 1``, which that verify folds in itself: the token a prefill is about to sample is
+    not known here)."""
+    markers = req.asd_ledger.markers
+    if markers is None:
+        return None
+    state = markers.state_after(list(req.origin_input_ids) + list(req.output_ids[:max(produced - 1, 0)]))
+    return markers.strict_prefix, state, markers.require, markers.forbid, markers.ops
 
 
 def _columns(ledger) -> tuple:

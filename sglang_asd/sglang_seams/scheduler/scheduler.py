@@ -5,7 +5,7 @@
   ``asd_*`` keys of ``sampling_params.custom_params`` (validated again here: the HTTP layer already
   answered bad values with a 400, but the scheduler must not trust its input).
 - How: call the original, then attach ``req.asd_ledger`` (a ``RequestLedger``: budget, rule and
-  its parameters) with the reason ASD does not apply, if any (strict choice, server without
+  its parameters, its scope resolved against the served model, ``state/scope_vocab.py``) with the reason ASD does not apply, if any (strict choice, server without
   speculative decoding, unsupported mode; for a sampled request, ``sampling_reason``: this
   process's SGLang verifies sampled rows greedily or not at all through the hooked sampler,
   rejection sampling, or thresholds other than 1). A sampled request's ledger is the sampled
@@ -27,7 +27,9 @@
 ``Scheduler.init_model_worker`` (AROUND, scheduler process)
 - Why: every verify kernel variant is compiled before the scheduler reports ready, and serving is
   checked to launch only those (``step/warmup.py`` holds the why and how).
-- How: call the original (model, draft, CUDA graphs), then ``warmup.warm_up``.
+- How: call the original (model, draft, CUDA graphs), check that the server's scope resolves
+  against the served model (``--asd-strict-spans`` markers single tokens, ``--asd-scope
+  reasoning``'s think tokens; else the server does not start), then ``warmup.warm_up``.
 - Upstream: a plain extension of start-up; nothing to upstream. Removal: never, while the kernel
   is ours.
 
@@ -53,6 +55,7 @@ from sglang_asd.sglang_seams.state.request_ledger import (
 from sglang_asd.sglang_seams.modes import process_unsupported_mode
 from sglang_asd.sglang_seams.step import warmup
 from sglang_asd.sglang_seams.state.runtime import get_runtime
+from sglang_asd.sglang_seams.state.scope_vocab import scheduler_vocab
 
 logger = logging.getLogger(__name__)
 
@@ -131,9 +134,16 @@ def create_generation_req_around(original, self, recv_req, *args, **kwargs):
     except ValueError as e:  # the HTTP layer rejects these first; a direct engine call may not
         logger.warning("request %s: %s; serving it strictly", req.rid, e)
         choice = RequestASD.strict()
+    markers = None
+    if not choice.scope.unscoped:
+        try:
+            markers = scheduler_vocab(self).markers(choice.scope)
+        except ValueError as e:  # the HTTP layer refuses these first; a direct engine call may not
+            logger.warning("request %s: %s; serving it strictly", req.rid, e)
+            choice = RequestASD.strict()
     reason = _reason(choice, params, not self.spec_algorithm.is_none(), _unsupported_mode(), self.spec_algorithm)
     req.asd_ledger = RequestLedger(choice=choice, reason=reason, sampled=_is_sampled(params),
-                                   max_events=runtime.settings.max_receipt_events)
+                                   max_events=runtime.settings.max_receipt_events, markers=markers)
     if runtime.metrics is not None:
         runtime.metrics.observe_request(reason, rule=req.asd_ledger.rule)
     return req
@@ -204,6 +214,12 @@ def init_metrics_collector_around(original, self, *args, **kwargs):
 def init_model_worker_around(original, self, *args, **kwargs):
     """Warm every verify kernel variant up once the model worker exists (``step/warmup.py``)."""
     result = original(self, *args, **kwargs)
+    scope = get_runtime().settings.scope
+    if not scope.unscoped:  # the server's scope must resolve against the served model: refuse to start if not
+        try:
+            scheduler_vocab(self).markers(scope)
+        except ValueError as e:
+            raise RuntimeError(f"sglang_asd: --asd-scope / --asd-strict-spans: {e}") from None
     warmup.warm_up(self)
     return result
 

@@ -51,7 +51,7 @@ Ordering: every device write is issued by the verify step, on the stream that ru
   launches of the decode loops (``event_loop_overlap_disagg_decode`` included), so the staging
   argument above holds unchanged; the argument is spelled out there.
 - Staged writes are applied with one host-to-device copy (pinned, non-blocking) of a packed
-  ``[n, 9 + T]`` float64 block; slots, caps, rule ids, counts and token ids are exact in float64. A step
+  ``[n, 13 + T + 4M]`` float64 block; slots, caps, rule ids, counts, bits and token ids are exact in float64. A step
   that follows no admission or release copies nothing.
 - Sampled rows follow the same order: admitted and released by staging, applied by
   ``begin_verify`` (called by the verify step's ``open`` before SGLang's sampling branch runs), and charged by
@@ -82,6 +82,17 @@ is applied before the gather of the first batch that holds the slot. A row of a 
 finished in round N but was still in round N+1 (the overlap lag) is advanced once more; its
 release zeroes it. Rows of strict requests are advanced too (their count is not read: every ASD
 admission stages its own).
+
+Scopes (``policy.scope``, ``verify.scope``): a scoped request's row also holds its
+``strict_prefix``, its span ``scope_state`` (after every committed token before its next root),
+the ``scope_require`` / ``scope_forbid`` bits and its marker tokens with their ops (``markers``
+[slots, M, 4]: token, set, clear, toggle; token -1 pads); an unscoped row holds zeros and no
+marker. The state is staged at admission (computed on the host from the request's prompt and
+output before its root) and written by ``set_scope_state`` in ``settle``, in the same stream order
+as ``remaining`` and ``produced``: a marker committed in round N changes the state batch N+1
+gathers. ``scoped_active`` (host view, updated with ``owner``) says whether any ASD row has a scope:
+only then does the verify step gather the scope columns and pass them to the verifier, so a
+server whose requests use no scope runs exactly as without scopes.
 
 Accrual (``asd_budget_per_token``, docs/CONTRACTS.md "Budgets that accrue with output"): ``rate``
 (nats per output token) and ``burst_left`` (the request's burst minus everything it has spent;
@@ -116,8 +127,11 @@ import torch
 
 from sglang_asd.policy.config import RULE_NAMES, RULES
 from sglang_asd.verify.rules import SAMPLED_RULE_ID
+from sglang_asd.verify.scope import ScopeRows
 
-_FIELDS = 9  # slot, remaining, gate, cap, rule, power, produced, rate, burst_left; then the stop tokens
+_FIELDS = 13  # slot, remaining, gate, cap, rule, power, produced, strict prefix, scope state, require, forbid,
+# rate, burst_left; then the stop tokens, then the markers (4 values each)
+_NO_SCOPE = (0, 0, 0, 0, ())  # strict prefix, state, require, forbid, marker ops
 
 
 class LedgerRows(NamedTuple):
@@ -133,6 +147,7 @@ class LedgerRows(NamedTuple):
     rate: torch.Tensor  # [bs] float32 accrual rate (nats per output token; 0 without one)
     burst_left: torch.Tensor  # [bs] float32 burst - spent (+inf without a rate)
     limit: torch.Tensor  # [bs] float32 min(remaining, rate * produced + burst_left): the verifiers' remaining
+    scope: Optional[ScopeRows] = None  # the rows' scopes, gathered only while some ASD row has one (``scoped_active``)
 
 
 class ASDLedgerTable:
@@ -147,6 +162,14 @@ class ASDLedgerTable:
         self.produced = torch.zeros(num_slots, dtype=torch.int32, device=self.device)  # [slots] output tokens committed
         self.rate = torch.zeros(num_slots, dtype=torch.float32, device=self.device)  # [slots] accrual rate
         self.burst_left = torch.zeros(num_slots, dtype=torch.float32, device=self.device)  # [slots] burst - spent
+        int32 = dict(dtype=torch.int32, device=self.device)
+        self.strict_prefix = torch.zeros(num_slots, **int32)  # [slots]
+        self.scope_state = torch.zeros(num_slots, **int32)  # [slots] span state before the next root
+        self.scope_require = torch.zeros(num_slots, **int32)  # [slots]
+        self.scope_forbid = torch.zeros(num_slots, **int32)  # [slots]
+        self.markers = torch.full((num_slots, 1, 4), -1, dtype=torch.int64, device=self.device)  # [slots, M, 4]
+        self.markers[:, :, 1:] = 0
+        self._scoped: set = set()  # host view: slots whose ASD row has a scope
         self.owner: dict[int, object] = {}  # host view: slot -> the ledger its row holds (ASD rows only)
         self._staged: dict[int, tuple] = {}  # slot -> (remaining, gate, cap, rule, power, produced, rate, burst_left,
         #                                       stop tokens); last write wins
@@ -169,6 +192,11 @@ class ASDLedgerTable:
         return frozenset(RULE_NAMES[r] for r, n in self._rule_count.items() if n > 0 and r != SAMPLED_RULE_ID)
 
     @property
+    def scoped_active(self) -> bool:
+        """Host view: some ASD row has a scope (see the module docstring)."""
+        return bool(self._scoped)
+
+    @property
     def sampled_active(self) -> bool:
         """Host view: some row lets the sampled verifier decide."""
         return self._rule_count[SAMPLED_RULE_ID] > 0
@@ -176,23 +204,26 @@ class ASDLedgerTable:
     def admit(self, slots: Sequence[int], owners: Sequence[object], remaining: Sequence[float],
               gate: Sequence[float], cap: Sequence[int], stop_tokens: Sequence[Iterable[int]],
               rule: Optional[Sequence[int]] = None, power: Optional[Sequence[float]] = None,
-              produced: Optional[Sequence[int]] = None, rate: Optional[Sequence[float]] = None,
-              burst_left: Optional[Sequence[float]] = None) -> None:
+              produced: Optional[Sequence[int]] = None, scope: Optional[Sequence[Optional[tuple]]] = None,
+              rate: Optional[Sequence[float]] = None, burst_left: Optional[Sequence[float]] = None) -> None:
         """Stage the rows of requests that took (or were lent) these slots. ``rule``: rule ids
         (default asd); ``power``: sampled rows' power (default 0); ``produced``: output tokens
-        committed before the row's first verify (default 0; see the module docstring); ``rate``,
+        committed before the row's first verify (default 0; see the module docstring); ``scope``:
+        per row None (unscoped) or (strict prefix, state, require, forbid, marker ops as
+        (token, set, clear, toggle) tuples), ``policy.scope.Markers`` at admission; ``rate``,
         ``burst_left``: the accrual (default 0 and +inf: none; module docstring). A row is an ASD row when the
         caller's rule admits exceptions on it (remaining, gate > 0 and, for a capped rule, cap > 0),
         as ``verify.rules.rows_on`` / ``sampled_rows_on`` decide."""
         rule = [0] * len(slots) if rule is None else rule
         power = [0.0] * len(slots) if power is None else power
         produced = [0] * len(slots) if produced is None else produced
+        scope = [None] * len(slots) if scope is None else scope
         rate = [0.0] * len(slots) if rate is None else rate
         burst_left = [math.inf] * len(slots) if burst_left is None else burst_left
-        for s, o, r, g, c, stops, k, w, n, a, b in zip(slots, owners, remaining, gate, cap, stop_tokens, rule, power,
-                                                       produced, rate, burst_left):
-            self._staged[s] = (float(r), float(g), int(c), int(k), float(w), int(n), float(a), float(b),
-                               sorted({int(t) for t in stops}))
+        for s, o, r, g, c, stops, k, w, n, sc, a, b in zip(slots, owners, remaining, gate, cap, stop_tokens, rule,
+                                                           power, produced, scope, rate, burst_left):
+            self._staged[s] = (float(r), float(g), int(c), int(k), float(w), int(n), sorted({int(t) for t in stops}),
+                               _NO_SCOPE if sc is None else sc, float(a), float(b))
             self._forget(s)
             capped = k == SAMPLED_RULE_ID or RULES[RULE_NAMES[k]].capped
             if r > 0 and g > 0 and (c > 0 or not capped):
@@ -200,6 +231,8 @@ class ASDLedgerTable:
                 self._host_rows[s] = True
                 self._rule_of[s] = int(k)
                 self._rule_count[int(k)] += 1
+                if sc is not None:
+                    self._scoped.add(s)
 
     def release(self, slots: Sequence[int]) -> None:
         """Stage zero rows for slots given back, so a slot never carries a budget to its next owner."""
@@ -207,12 +240,13 @@ class ASDLedgerTable:
             owned = s in self.owner
             self._forget(s)
             if owned or s in self._staged:
-                self._staged[s] = (0.0, 0.0, 0, 0, 0.0, 0, 0.0, 0.0, [])
+                self._staged[s] = (0.0, 0.0, 0, 0, 0.0, 0, [], _NO_SCOPE, 0.0, 0.0)
 
     def _forget(self, slot: int) -> None:
         """Drop ``slot`` from the host view (owner, rule counts)."""
         self.owner.pop(slot, None)
         self._host_rows[slot] = False
+        self._scoped.discard(slot)
         k = self._rule_of.pop(slot, None)
         if k is not None:
             self._rule_count[k] -= 1
@@ -238,8 +272,10 @@ class ASDLedgerTable:
         remaining, produced = self.remaining[rows], self.produced[rows]
         rate, burst_left = self.rate[rows], self.burst_left[rows]
         limit = torch.minimum(remaining, rate * produced.to(rate.dtype) + burst_left)
+        scope = ScopeRows(produced, self.strict_prefix[rows], self.scope_state[rows], self.scope_require[rows],
+                          self.scope_forbid[rows], self.markers[rows]) if self._scoped else None
         return LedgerRows(remaining, self.gate[rows], self.cap[rows], self.stop_tokens[rows],
-                          self.rule[rows], self.power[rows], produced, rate, burst_left, limit)
+                          self.rule[rows], self.power[rows], produced, rate, burst_left, limit, scope)
 
     def charge(self, rows: torch.Tensor, remaining: torch.Tensor, burst_left: Optional[torch.Tensor] = None) -> None:
         """Write back each row's remaining budget after the round (``rows`` [bs], ``remaining`` [bs])
@@ -254,19 +290,31 @@ class ASDLedgerTable:
         gathered count + the tokens the round committed), in stream order as ``charge``."""
         self.produced.index_put_((rows,), produced.to(self.produced.dtype))
 
+    def set_scope_state(self, rows: torch.Tensor, state: torch.Tensor) -> None:
+        """Write back each row's span state after the round (``rows`` [bs], ``state`` [bs]), in
+        stream order as ``charge``."""
+        self.scope_state.index_put_((rows,), state.to(self.scope_state.dtype))
+
     def _apply_staged(self) -> None:
         staged, self._staged = self._staged, {}
-        width = max(len(v[-1]) for v in staged.values())
+        width = max(len(v[6]) for v in staged.values())
         if width > self.stop_tokens.shape[1]:  # rare: grow to the next power of two, in stream order
             grown = torch.full((self.stop_tokens.shape[0], _next_pow2(width)), -1, dtype=torch.int64,
                                device=self.device)
             grown[:, : self.stop_tokens.shape[1]] = self.stop_tokens
             self.stop_tokens = grown
-        T = self.stop_tokens.shape[1]
-        packed = [[s, r, g, c, k, w, n, a, b, *stops, *([-1] * (T - len(stops)))]
-                  for s, (r, g, c, k, w, n, a, b, stops) in staged.items()]
+        n_markers = max(len(v[7][4]) for v in staged.values())
+        if n_markers > self.markers.shape[1]:  # as the stop tokens
+            grown = torch.zeros((self.markers.shape[0], _next_pow2(n_markers), 4), dtype=torch.int64, device=self.device)
+            grown[:, :, 0] = -1
+            grown[:, : self.markers.shape[1]] = self.markers
+            self.markers = grown
+        T, M = self.stop_tokens.shape[1], self.markers.shape[1]
+        packed = [[s, r, g, c, k, w, n, *sc[:4], a, b, *stops, *([-1] * (T - len(stops))),
+                   *(v for op in sc[4] for v in op), *([-1, 0, 0, 0] * (M - len(sc[4])))]
+                  for s, (r, g, c, k, w, n, stops, sc, a, b) in staged.items()]
         pinned = self.device.type == "cuda"
-        host = torch.tensor(packed, dtype=torch.float64, pin_memory=pinned)  # [n, _FIELDS + T]
+        host = torch.tensor(packed, dtype=torch.float64, pin_memory=pinned)  # [n, _FIELDS + T + 4M]
         block = host.to(self.device, non_blocking=pinned)
         idx = block[:, 0].long()
         self.remaining[idx] = block[:, 1].float()
@@ -275,9 +323,14 @@ class ASDLedgerTable:
         self.rule[idx] = block[:, 4].int()
         self.power[idx] = block[:, 5].float()
         self.produced[idx] = block[:, 6].int()
-        self.rate[idx] = block[:, 7].float()
-        self.burst_left[idx] = block[:, 8].float()  # +inf stays +inf
-        self.stop_tokens[idx] = block[:, _FIELDS:].long()
+        self.strict_prefix[idx] = block[:, 7].int()
+        self.scope_state[idx] = block[:, 8].int()
+        self.scope_require[idx] = block[:, 9].int()
+        self.scope_forbid[idx] = block[:, 10].int()
+        self.rate[idx] = block[:, 11].float()
+        self.burst_left[idx] = block[:, 12].float()  # +inf stays +inf
+        self.stop_tokens[idx] = block[:, _FIELDS:_FIELDS + T].long()
+        self.markers[idx] = block[:, _FIELDS + T:].long().view(-1, M, 4)
 
 
 def _next_pow2(n: int) -> int:

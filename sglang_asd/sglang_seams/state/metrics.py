@@ -7,6 +7,9 @@ server's ``/metrics``. Every counter carries a ``rule`` label (asd, local, margi
 asd-sampled for sampled requests: the request's rule), so rules compare by the same counts;
 ``sglang:asd_budget_exhausted_total`` counts the rules whose budget is a request ledger (asd and
 asd-sampled). Sampled requests' relaxed nodes and their KL charges have their own counters.
+``sglang:asd_scope_skipped_total`` counts the greedy verifier's nodes kept strict by a request's
+scope (``verify.torch_verify``: mismatched nodes whose parent is on the accepted path, which the
+rule's node gates passed and the scope did not allow; at most one per row and round on a chain).
 """
 
 from __future__ import annotations
@@ -29,6 +32,10 @@ class ASDMetrics:
         self.suffix = Counter(
             "sglang:asd_suffix_tokens_total",
             "Exact draft tokens committed after an exception through realized-prefix suffix reuse (tokens).", ruled)
+        self.scope_skipped = Counter(
+            "sglang:asd_scope_skipped_total",
+            "Draft nodes hanging from the accepted path that the rule's node gates would have accepted as exceptions "
+            "but the request's scope kept strict (prefix, reasoning span, strict spans, markers) (nodes).", ruled)
         self.exhausted = Counter(
             "sglang:asd_budget_exhausted_total",
             "asd requests that finished with less than 1% of their budget left (requests).", ruled)
@@ -45,12 +52,15 @@ class ASDMetrics:
             "sglang:asd_requests_total",
             "Requests by whether ASD applied, and why not, by rule (requests).", names + ["applied", "reason", "rule"])
 
-    def observe_round(self, exceptions: int, regret: float, suffix_tokens: int, rule: str = "asd") -> None:
+    def observe_round(self, exceptions: int, regret: float, suffix_tokens: int, rule: str = "asd",
+                      scope_skipped: int = 0) -> None:
         if exceptions:
             self.exceptions.labels(**self._labels, rule=rule).inc(exceptions)
             self.regret.labels(**self._labels, rule=rule).inc(regret)
         if suffix_tokens:
             self.suffix.labels(**self._labels, rule=rule).inc(suffix_tokens)
+        if scope_skipped:
+            self.scope_skipped.labels(**self._labels, rule=rule).inc(scope_skipped)
 
     def observe_relaxed(self, nodes: int, kl: float, rule: str = "asd-sampled") -> None:
         if nodes:

@@ -30,6 +30,7 @@ from typing import Any, Mapping, Optional
 
 from sglang_asd.policy import ASDConfig, validate_budget, validate_budget_burst, validate_budget_per_token
 from sglang_asd.policy.sampled import SAMPLED_RULE, SAMPLED_RULE_VERSION, SampledConfig
+from sglang_asd.policy.scope import Markers, Scope
 from sglang_asd.server_settings import ASDServerSettings
 
 # Keys of SamplingParams.custom_params that carry a request's ASD choices (the HTTP layer moves
@@ -46,7 +47,12 @@ SAMPLED_CAP_KEY = "asd_sampled_max_relaxed_per_block"
 PER_TOKEN_KEY = "asd_budget_per_token"
 BURST_KEY = "asd_budget_burst"
 SAMPLED_KEYS = (SAMPLED_FLOOR_KEY, SAMPLED_POWER_KEY, SAMPLED_CAP_KEY)
-REQUEST_KEYS = (BUDGET_KEY, GATE_KEY, CAP_KEY, RULE_KEY, MARGIN_KEY, THRESHOLD_KEY, PER_TOKEN_KEY, BURST_KEY) + SAMPLED_KEYS
+STRICT_PREFIX_KEY = "asd_strict_prefix"
+SCOPE_KEY = "asd_scope"
+STRICT_SPANS_KEY = "asd_strict_spans"
+SCOPE_KEYS = (STRICT_PREFIX_KEY, SCOPE_KEY, STRICT_SPANS_KEY)
+REQUEST_KEYS = ((BUDGET_KEY, GATE_KEY, CAP_KEY, RULE_KEY, MARGIN_KEY, THRESHOLD_KEY, PER_TOKEN_KEY, BURST_KEY)
+                + SAMPLED_KEYS + SCOPE_KEYS)
 
 # How far the host's cumulative spent may pass an event's allowance before the receipt says the
 # accrual bound did not hold: the device keeps its running sums in float32, so the host's float64
@@ -68,12 +74,14 @@ class RequestASD:
     B is the opt-in of every rule (0 = strict greedy) and, for asd, its ledger's limit; local
     uses it as a per-block limit; margin and threshold read it only as the opt-in. ``sampled``:
     the sampled rule's parameters (the server's, tightened), used if the request samples; then B
-    is nats of KL. ``rate`` (nats per output token; None: none) and ``burst``: the accrual that
-    also bounds a ledger rule's spent (asd, asd-sampled): at most rate x output tokens + burst."""
+    is nats of KL. ``scope``: where it may spend (``policy.scope``; the server's, tightened).
+    ``rate`` (nats per output token; None: none) and ``burst``: the accrual that also bounds a
+    ledger rule's spent (asd, asd-sampled): at most rate x output tokens + burst."""
 
     budget: float
     config: ASDConfig
     sampled: SampledConfig = SampledConfig()
+    scope: Scope = Scope()
     rate: Optional[float] = None
     burst: float = 0.0
 
@@ -116,6 +124,8 @@ class RequestASD:
             sampled=settings.sampled.tightened(
                 floor=params.get(SAMPLED_FLOOR_KEY), power=params.get(SAMPLED_POWER_KEY),
                 max_relaxed_per_block=params.get(SAMPLED_CAP_KEY)),
+            scope=settings.scope.tightened(strict_prefix=params.get(STRICT_PREFIX_KEY), scope=params.get(SCOPE_KEY),
+                                           strict_spans=params.get(STRICT_SPANS_KEY)),
             rate=rate, burst=burst,
         )
 
@@ -162,6 +172,8 @@ class RequestLedger:
     finalized: bool = False  # the request finished and was counted in the metrics
     accrual_held: bool = True  # every recorded event's cumulative spent <= its allowance (+ ACCRUAL_SLACK)
     accrual_min_headroom: Optional[float] = None  # min over recorded events of allowance - cumulative spent
+    markers: Optional[Markers] = None  # the scope resolved against the served model; None: unscoped
+    scope_skipped: int = 0  # draft nodes the rule would have relaxed but the scope did not allow
 
     @property
     def accrues(self) -> bool:
@@ -192,6 +204,11 @@ class RequestLedger:
         if event is not None:
             event["spent"] = round(self.spent, 9)
             event["allowance"] = round(allowance, 9)
+
+    @property
+    def scope_receipt(self) -> dict:
+        """The scope in force and what it skipped (docs/CONTRACTS.md, "Scopes")."""
+        return {**self.choice.scope.parameters(), "skipped": self.scope_skipped}
 
     @property
     def applied(self) -> bool:
@@ -271,6 +288,7 @@ class RequestLedger:
             "suffix_tokens": self.suffix_tokens,
             "events": list(self.events),
             "events_truncated": self.events_truncated,
+            "scope": self.scope_receipt,
         }
 
     def _sampled_receipt(self) -> dict:
@@ -290,4 +308,5 @@ class RequestLedger:
             "relaxed": self.exceptions,
             "events": list(self.events),
             "events_truncated": self.events_truncated,
+            "scope": self.scope_receipt,
         }

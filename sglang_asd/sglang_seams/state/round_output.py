@@ -42,6 +42,7 @@ class ASDRoundOutput:
     relaxed_accept_prob: Optional[torch.Tensor] = None  # [bs, K] float32: its a
     relaxed_charge: Optional[torch.Tensor] = None  # [bs, K] float32: KL charged (nats)
     relaxed_accepted: Optional[torch.Tensor] = None  # [bs, K] bool: the relaxed token was committed
+    scope_skipped: Optional[torch.Tensor] = None  # [bs] int32: nodes kept strict by the row's scope (``ASDVerifyOutput``)
 
     @classmethod
     def of_round(cls, out: "ASDVerifyOutput", active: torch.Tensor, candidates: torch.Tensor,
@@ -60,6 +61,7 @@ class ASDRoundOutput:
             exception_regret=out.exception_regret,
             draft_token=candidates.gather(1, path.clamp(min=0)),
             target_token=out.target_token,
+            scope_skipped=out.scope_skipped,
         )
 
     def with_sampled(self, out: "SampledVerifyOutput", sampled_active: torch.Tensor) -> "ASDRoundOutput":
@@ -94,13 +96,14 @@ class ASDRoundOutput:
         regret = self.exception_regret.numpy()
         draft = self.draft_token.numpy()
         target = self.target_token.numpy()
-        totals: dict = {}  # rule -> [exceptions, regret, suffix tokens] of this round
+        skipped = None if self.scope_skipped is None else self.scope_skipped.numpy()
+        totals: dict = {}  # rule -> [exceptions, regret, suffix tokens, scope-skipped nodes] of this round
         for row in np.flatnonzero(active):
             commit = commits[row]
             ledger = getattr(batch.reqs[row], "asd_ledger", None)
             if commit is None or ledger is None:
                 continue
-            total = totals.setdefault(ledger.rule, [0, 0.0, 0])
+            total = totals.setdefault(ledger.rule, [0, 0.0, 0, 0])
             visible = min(len(commit.token_ids), exception.shape[1])
             for pos in np.flatnonzero(exception[row, :visible]):
                 ledger.record(commit.output_index + int(pos), int(draft[row, pos]), int(target[row, pos]),
@@ -110,11 +113,14 @@ class ASDRoundOutput:
             n_suffix = int(suffix[row, :visible].sum())
             ledger.suffix_tokens += n_suffix
             total[2] += n_suffix
+            if skipped is not None:
+                ledger.scope_skipped += int(skipped[row])
+                total[3] += int(skipped[row])
         metrics = get_runtime().metrics
         if metrics is not None:
-            for rule, (exceptions_total, spent_total, suffix_total) in totals.items():
+            for rule, (exceptions_total, spent_total, suffix_total, skipped_total) in totals.items():
                 metrics.observe_round(exceptions=exceptions_total, regret=spent_total, suffix_tokens=suffix_total,
-                                      rule=rule)
+                                      rule=rule, scope_skipped=skipped_total)
 
     def _consume_sampled(self, batch, commits: Sequence[Optional[object]]) -> None:
         """Post each sampled row's relaxed nodes to its request's ledger, at their output positions.

@@ -101,6 +101,7 @@ from sglang_asd.sglang_seams.step.warmup import check_variant
 from sglang_asd.verify import ASDVerifyOutput, asd_verify
 from sglang_asd.verify.rules import row_traits, rows_on, sampled_rows_on
 from sglang_asd.verify.dispatch import SampledVerifyOutput, asd_sampled_verify
+from sglang_asd.verify.scope import committed_state, root_state
 from sglang_asd.verify.tp import rank_consistent
 
 
@@ -195,7 +196,7 @@ def decide(step: VerifyStep, candidates: torch.Tensor, logits: torch.Tensor, ret
     check_variant(candidates, logits, depth, r.stop_tokens, target_predict, step.rules_active)
     out = asd_verify(candidates, logits, retrieve_next_token, retrieve_next_sibling, r.limit, r.gate, r.cap,
                      depth, stop_tokens=r.stop_tokens, target_predict=target_predict, rule=r.rule,
-                     rules_present=step.rules_active, tree_depth_gate=tree_depth_gate)
+                     rules_present=step.rules_active, tree_depth_gate=tree_depth_gate, scope=r.scope)
     step.decision = rank_consistent(out, step.group)
     return step.decision
 
@@ -214,7 +215,8 @@ def decide_sampled(step: VerifyStep, predicts, accept_index, accept_token_num, c
         retrieve_next_sibling, coins, final_coins, target_probs,
         remaining=torch.where(on, r.limit, torch.zeros_like(r.limit)),
         floor=r.gate, cap=r.cap, power=r.power, stop_tokens=r.stop_tokens,
-        threshold_single=threshold_single, threshold_acc=threshold_acc, max_children=step.max_children)
+        threshold_single=threshold_single, threshold_acc=threshold_acc, max_children=step.max_children,
+        scope=r.scope)
     step.sampled = rank_consistent(out, group)
     return step.sampled
 
@@ -255,8 +257,9 @@ def settle(step: VerifyStep, candidates: torch.Tensor, depth: int, sglang_result
 
     ``candidates`` [bs, W]; ``sglang_result``: SGLang's ``(predict, accept_index,
     num_correct_drafts)`` after the merge, settled with no exception when no greedy row was decided.
-    Every row's output count (``LedgerRows.produced``) advances by its committed tokens, in the
-    same stream order as the charge (``state/ledger_table.py``)."""
+    Every row's output count (``LedgerRows.produced``) advances by its committed tokens and, when
+    the batch gathered scopes, its span state moves past the committed path (``verify.scope``), in
+    the same stream order as the charge (``state/ledger_table.py``)."""
     out = step.decision if step.decision is not None else _no_exception(*sglang_result, depth)
     r = step.rows
     bs = step.slots.shape[0]
@@ -268,8 +271,10 @@ def settle(step: VerifyStep, candidates: torch.Tensor, depth: int, sglang_result
     # Output tokens committed this round, every row: SGLang's merged count where it gives one (a
     # tree: greedy and sampled rows merged), else the decision's (a chain's ASD rows; its other
     # rows are strict greedy there, which is SGLang's chain verify).
-    merged = out.num_correct_drafts if sglang_result is None else sglang_result[2]
+    accept_index, merged = (out.accept_index, out.num_correct_drafts) if sglang_result is None else sglang_result[1:]
     step.table.advance(step.slots, r.produced + merged.to(r.produced.dtype) + 1)
+    if r.scope is not None:  # the span state after the committed path, before the bonus (the next root)
+        step.table.set_scope_state(step.slots, committed_state(r.scope, candidates, accept_index, merged))
     round_output = ASDRoundOutput.of_round(out, step.active, candidates, depth)
     if step.sampled is not None:
         round_output = round_output.with_sampled(step.sampled, step.sampled_active)
@@ -286,18 +291,22 @@ def _no_exception(predict, accept_index, num_correct_drafts, depth: int) -> ASDV
         spent=torch.zeros(bs, dtype=torch.float32, device=accept_index.device),
         num_exceptions=torch.zeros_like(num_correct_drafts), exception_mask=zeros.bool(), exception_regret=zeros,
         target_token=torch.full((bs, depth), -1, dtype=torch.int64, device=accept_index.device),
-        num_suffix_tokens=torch.zeros_like(num_correct_drafts))
+        num_suffix_tokens=torch.zeros_like(num_correct_drafts), scope_skipped=torch.zeros_like(num_correct_drafts))
 
 
-def advance_zero_step(batch) -> None:
+def advance_zero_step(batch, roots: torch.Tensor) -> None:
     """A verify round with no draft position (SGLang's adaptive zero-step verify, K = 0) commits one
-    token per row and decides nothing: only the rows' output counts advance (staged writes applied
-    first, on the verify stream, as ``open`` does)."""
+    token per row and decides nothing: only the rows' output counts advance and, with scopes, their
+    span state moves past the root (``roots`` [bs], the last committed tokens), staged writes
+    applied first, on the verify stream, as ``open`` does."""
     table = getattr(batch.req_to_token_pool, "_asd_table", None)
     if table is None or table.num_active == 0 or batch.forward_mode.is_idle():
         return
     slots = batch.req_pool_indices
-    table.advance(slots, table.begin_verify(slots).produced + 1)
+    rows = table.begin_verify(slots)
+    table.advance(slots, rows.produced + 1)
+    if rows.scope is not None:
+        table.set_scope_state(slots, root_state(rows.scope, roots.reshape(-1).long()))
 
 
 def attach(logits_output, round_output: Optional[ASDRoundOutput]) -> None:

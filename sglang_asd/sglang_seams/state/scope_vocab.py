@@ -1,0 +1,83 @@
+"""A request's scope resolved against the served model (``policy.scope.resolve``), in any process.
+
+The HTTP layer resolves it to answer a bad marker with a 400; the scheduler resolves it again to
+build the request's device row (it never trusts its input). Both read the same two things of the
+served model: its tokenizer (markers must be single tokens) and SGLang's reasoning parser
+(``--reasoning-parser``: the think start and end tokens, and whether the parser takes a response
+to start inside the reasoning span, as ``force_reasoning`` parsers do). Resolutions are cached
+per scope (a handful of distinct scopes per server).
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+from typing import Optional
+
+from sglang_asd.policy.scope import Markers, ReasoningMarkers, Scope, resolve, single_token_id
+
+logger = logging.getLogger(__name__)
+
+
+class ScopeVocab:
+    """The served model's markers: ``tokenizer`` (None: skip-tokenizer-init, every span refused)
+    and the name of SGLang's reasoning parser (None: no ``--reasoning-parser``)."""
+
+    def __init__(self, tokenizer, reasoning_parser: Optional[str]):
+        self.tokenizer = tokenizer
+        self.reasoning_parser = reasoning_parser
+        self._token_id = single_token_id(tokenizer) if tokenizer is not None else (lambda text: None)
+
+    @functools.cached_property
+    def reasoning(self) -> Optional[ReasoningMarkers]:
+        """The reasoning span's markers, or None without a reasoning parser. Raises ValueError when
+        the parser's think end (or, for a parser that does not start inside, its think start) is
+        not a single token of the served tokenizer."""
+        if not self.reasoning_parser:
+            return None
+        from sglang.srt.parser.reasoning_parser import ReasoningParser
+
+        detector = ReasoningParser(model_type=self.reasoning_parser, stream_reasoning=False,
+                                   tokenizer=self.tokenizer).detector
+        inside = bool(getattr(detector, "force_reasoning", False))
+        start = self._token_id(detector.think_start_token) if detector.think_start_token else None
+        end = self._token_id(detector.think_end_token) if detector.think_end_token else None
+        if end is None or (start is None and not inside):
+            raise ValueError(f"asd_scope='reasoning' needs the reasoning parser's think markers "
+                             f"({detector.think_start_token!r}, {detector.think_end_token!r} of "
+                             f"--reasoning-parser {self.reasoning_parser}) to be single tokens of the served "
+                             f"tokenizer, which they are not")
+        return ReasoningMarkers(start=start, end=end, starts_inside=inside)
+
+    @functools.lru_cache(maxsize=64)
+    def markers(self, scope: Scope) -> Markers:
+        """``scope`` resolved; raises ValueError naming the field and the value."""
+        reasoning = self.reasoning if scope.scope == "reasoning" else None
+        return resolve(scope, self._token_id, reasoning)
+
+
+def launcher_vocab() -> Optional[ScopeVocab]:
+    """The HTTP server process's vocabulary (SGLang's tokenizer manager), or None before it exists."""
+    try:
+        from sglang.srt.entrypoints.http_server import get_global_state
+    except ImportError:
+        return None
+    state = get_global_state()
+    manager = getattr(state, "tokenizer_manager", None)
+    if manager is None:
+        return None
+    vocab = getattr(manager, "_asd_scope_vocab", None)
+    if vocab is None:
+        vocab = ScopeVocab(getattr(manager, "tokenizer", None), getattr(manager.server_args, "reasoning_parser", None))
+        manager._asd_scope_vocab = vocab
+    return vocab
+
+
+def scheduler_vocab(scheduler) -> ScopeVocab:
+    """The scheduler's vocabulary (its tokenizer and server arguments), made once per scheduler."""
+    vocab = getattr(scheduler, "_asd_scope_vocab", None)
+    if vocab is None:
+        vocab = ScopeVocab(getattr(scheduler, "tokenizer", None),
+                           getattr(scheduler.server_args, "reasoning_parser", None))
+        scheduler._asd_scope_vocab = vocab
+    return vocab
