@@ -81,6 +81,24 @@ def test_greedy_rates_under_churn_hold_the_bound_at_every_event(server):
     assert solo["output_ids"] == outs[1]["output_ids"], "a greedy row must not depend on its batch"
 
 
+@pytest.mark.server_group("overlap")
+def test_rates_hold_the_bound_with_the_overlap_scheduler(servers):
+    """The overlap scheduler's server (the device ledger one round ahead of the host): concurrent requests of
+    different rates, greedy, hold the bound at every event, as without overlap."""
+    server = servers.get("eagle", overlap=True)
+    kinds = [dict(asd_budget_per_token=0.02), dict(asd_budget_per_token=0.2, asd_budget_burst=0.25),
+             dict(asd_budget=8), dict(asd_budget=0)]
+    jobs = [(p, _greedy(**k)) for p in PROMPTS for k in kinds] * 3
+    with ThreadPoolExecutor(12) as pool:
+        outs = list(pool.map(lambda job: server.generate(job[0], **job[1]), jobs))
+    events = 0
+    for (_, params), out in zip(jobs, outs):
+        rate = params.get("asd_budget_per_token")
+        if rate is not None:
+            events += len(check_accrual(out["meta_info"]["asd"], rate, params.get("asd_budget_burst", 0.0)))
+    assert events > 0
+
+
 def test_sampled_rates_hold_the_bound_at_every_relaxed_node(server):
     outs = []
     for rate in (0.01, 0.1):
