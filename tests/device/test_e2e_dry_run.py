@@ -13,7 +13,7 @@ import pytest
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "scripts" / "device_e2e.py"
-STEPS = ["0", "1a", "1b", "1c", "1d", "1e", "2_eagle", "2_ngram", "2_dspark", "2_dflash", "3", "4", "5", "standin",
+STEPS = ["0", "1a", "1b", "1c", "1d", "1e", "2_eagle", "2_ngram", "2_dspark", "2_dflash", "2_scope", "3", "4", "5", "standin",
          "6", "7"]
 BLOCK = {"stock_dspark": "DSPARK", "asd_dspark": "DSPARK", "asd_dspark_exact": "DSPARK",
          "stock_dflash": "DFLASH", "asd_dflash": "DFLASH", "asd_dflash_exact": "DFLASH"}

@@ -193,7 +193,8 @@ def decide(step: VerifyStep, candidates: torch.Tensor, logits: torch.Tensor, ret
     every rank's decision is rank 0's. Left on ``step.decision``; the caller merges the rows of
     ``step.active``."""
     r = step.rows
-    check_variant(candidates, logits, depth, r.stop_tokens, target_predict, step.rules_active)
+    if r.scope is None:  # a scoped batch runs the torch verifier (``verify.dispatch``): no kernel variant
+        check_variant(candidates, logits, depth, r.stop_tokens, target_predict, step.rules_active)
     out = asd_verify(candidates, logits, retrieve_next_token, retrieve_next_sibling, r.limit, r.gate, r.cap,
                      depth, stop_tokens=r.stop_tokens, target_predict=target_predict, rule=r.rule,
                      rules_present=step.rules_active, tree_depth_gate=tree_depth_gate, scope=r.scope)
