@@ -189,3 +189,26 @@ def test_bad_scope_fields_are_400s_on_every_route(servers, fields, message):
     openai = requests.post(server.url + "/v1/completions", json={"model": "default", "prompt": "Hi", "max_tokens": 4,
                                                                 "custom_params": {"asd_budget": 4, **fields}})
     assert openai.status_code == 400 and message in openai.json()["message"]
+
+
+@pytest.mark.server_group("eagle")
+def test_sampled_requests_relax_only_inside_the_scope(servers):
+    """The sampled rule (SGLang's sampling verify, served on CPU; temperature 0.1: the tiny target is
+    nearly flat at 1, below the floor): every relaxed node's position is
+    allowed by the request's scope, replayed over its prompt and committed output."""
+    server = servers.get("eagle")
+    token_id = single_token_id(tokenizer())
+    jobs = [(PROMPTS[i % len(PROMPTS)], {"temperature": 0.1, "sampling_seed": i, "asd_budget": 8.0,
+                                         "asd_strict_prefix": 4 + i % 3, "asd_strict_spans": [["(", ")"], ["=", "="]]})
+            for i in range(16)]
+    outs = _churn(server, jobs)
+    relaxed = 0
+    for (p, params), out in zip(jobs, outs):
+        receipt = out["meta_info"]["asd"]
+        assert receipt["rule"] == "asd-sampled-1" and receipt["applied"], receipt
+        markers = resolve(_scope_of(params), token_id)
+        for e in receipt["events"]:
+            relaxed += 1
+            state = markers.state_after(ids(p) + out["output_ids"][:e["pos"]])
+            assert markers.allowed(state, e["pos"], e["token"], target=-1), (e, params)
+    assert relaxed > 0, "no relaxed node at all: the check above would hold vacuously"

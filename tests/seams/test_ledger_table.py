@@ -185,3 +185,20 @@ def test_the_host_view_of_active_rules_follows_admission_and_release():
     t.release([1, 2])
     assert t.rules_active == frozenset() and t.num_active == 0
     assert t.begin_verify(torch.tensor([1, 2])).rule.tolist() == [0, 0], "released rows are zero rows"
+
+
+def test_a_zero_step_round_advances_the_count_and_folds_the_root_into_the_scope_state():
+    """SGLang's adaptive zero-step verify commits one token per row without a decision: the output
+    count advances by one and the span state moves past the root (here a span's open marker)."""
+    from sglang_asd.sglang_seams.step.verify_step import advance_zero_step
+
+    t = ASDLedgerTable(4, "cpu")
+    ops = ((7, 2, 0, 0), (8, 0, 2, 0))  # token 7 opens span bit 1, token 8 closes it
+    t.admit([1, 2], [_ledger(8.0), _ledger(8.0)], [8.0, 8.0], [0.25, 0.25], [2, 2], [set(), set()],
+            produced=[3, 5], scope=[(0, 0, 0, 2, ops), None])
+    batch = SimpleNamespace(req_to_token_pool=SimpleNamespace(_asd_table=t), req_pool_indices=torch.tensor([1, 2]),
+                            forward_mode=SimpleNamespace(is_idle=lambda: False))
+    advance_zero_step(batch, torch.tensor([7, 7]))
+    rows = t.begin_verify(torch.tensor([1, 2]))
+    assert rows.produced.tolist() == [4, 6]
+    assert rows.scope.state.tolist() == [2, 0], "the scoped row is inside the span; the unscoped one has no markers"
