@@ -11,7 +11,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
-from typing import Any, Mapping
+from typing import Any, Mapping, Optional
 
 from sglang_asd.policy.config import (
     DEFAULT_FLY_ENTROPY_THRESHOLD,
@@ -26,6 +26,8 @@ from sglang_asd.policy.config import (
     ASDConfig,
     check_count,
     check_number,
+    validate_budget_burst,
+    validate_budget_per_token,
     validate_rules,
 )
 from sglang_asd.policy.scope import SCOPES, SPAN_PRESETS, Scope
@@ -38,6 +40,7 @@ from sglang_asd.policy.sampled import (
 
 DEFAULT_BUDGET = 0.0  # a request that sends no asd_budget is served strictly
 DEFAULT_MAX_BUDGET = 64.0
+DEFAULT_MAX_BUDGET_PER_TOKEN = 1.0  # nats per output token: far above any useful rate, below nonsense
 DEFAULT_MAX_RECEIPT_EVENTS = 64
 
 
@@ -46,7 +49,13 @@ class ASDServerSettings:
     """What the server allows and what a request gets when it says nothing.
 
     default_budget: regret budget (nats) of a request that sends no ``asd_budget``; 0 = strict.
-    max_budget: the largest ``asd_budget`` a request may ask for.
+    max_budget: the largest ``asd_budget`` a request may ask for, and the largest burst; also the
+        total of a request under a per-token rate that sends no ``asd_budget`` while
+        ``default_budget`` is 0 (docs/CONTRACTS.md "Budgets that accrue with output").
+    budget_per_token: the accrual rate (nats per output token) of a request that sends no
+        ``asd_budget_per_token``; None: no accrual bound unless a request asks for one.
+    max_budget_per_token: the largest ``asd_budget_per_token`` a request may ask for.
+    budget_burst: the burst (nats) of a request under a rate that sends no ``asd_budget_burst``.
     config: the server's rule (a request's default) and every rule's parameters (gate g, cap m,
         margin, threshold, fly's entropy threshold, top-k and window); a request may only tighten
         each parameter (lower a gate, cap, margin, threshold or fly top-k; raise fly's entropy
@@ -63,6 +72,9 @@ class ASDServerSettings:
 
     default_budget: float = DEFAULT_BUDGET
     max_budget: float = DEFAULT_MAX_BUDGET
+    budget_per_token: Optional[float] = None
+    max_budget_per_token: float = DEFAULT_MAX_BUDGET_PER_TOKEN
+    budget_burst: float = 0.0
     config: ASDConfig = ASDConfig()
     allowed_rules: tuple = RULE_NAMES
     sampled: SampledConfig = SampledConfig()
@@ -73,6 +85,10 @@ class ASDServerSettings:
     def __post_init__(self) -> None:
         check_number("asd_default_budget", self.default_budget)
         check_number("asd_max_budget", self.max_budget)
+        check_number("asd_max_budget_per_token", self.max_budget_per_token)
+        if self.budget_per_token is not None:
+            validate_budget_per_token(self.budget_per_token, self.max_budget_per_token)
+        validate_budget_burst(self.budget_burst, self.max_budget)
         check_count("asd_max_receipt_events", self.max_receipt_events)
         if not isinstance(self.config, ASDConfig):
             raise ValueError(f"config must be an ASDConfig, got {self.config!r}")
@@ -172,7 +188,16 @@ _FLAGS = (
     ("default_budget", float,
      f"Regret budget (nats) for requests that send no asd_budget (default {DEFAULT_BUDGET:g} = strict greedy "
      "unless a request asks)."),
-    ("max_budget", float, f"Largest asd_budget a request may ask for (default {DEFAULT_MAX_BUDGET:g})."),
+    ("max_budget", float, f"Largest asd_budget (and asd_budget_burst) a request may ask for (default "
+                          f"{DEFAULT_MAX_BUDGET:g}); the total of a request under a per-token rate without asd_budget "
+                          "when --asd-default-budget is 0."),
+    ("budget_per_token", float,
+     "Accrual rate (nats per output token) of requests that send no asd_budget_per_token: a request may have "
+     "spent at most rate x output tokens so far + burst at every exception (default: none)."),
+    ("max_budget_per_token", float,
+     f"Largest asd_budget_per_token a request may ask for (default {DEFAULT_MAX_BUDGET_PER_TOKEN:g})."),
+    ("budget_burst", float,
+     "Burst (nats) of a request under a per-token rate that sends no asd_budget_burst (default 0)."),
     ("gate", float,
      f"Regret gate g: an exception at draft position i needs regret/(K-i) <= g (default {DEFAULT_GATE:g})."),
     ("max_exceptions_per_block", int,

@@ -12,6 +12,7 @@ of arm are special:
 Syntax of ``--arms`` (``ARM;ARM;...``, ``ARM`` = ``LABEL:FIELD=VALUE,FIELD=VALUE``)::
 
     --arms 'b8:asd_budget=8;b8g05:asd_budget=8,asd_gate=0.5;margin1:asd_rule=margin,asd_margin=1'
+    --arms 'pt02:asd_budget_per_token=0.02;pt02b1:asd_budget_per_token=0.02,asd_budget_burst=1'
 
 Fields must be named ``asd_*`` (a benchmark owns temperature and lengths); a value is a number
 when it reads as one (an integer stays an integer: ``asd_max_exceptions_per_block=1``), else a

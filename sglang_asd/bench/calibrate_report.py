@@ -13,6 +13,7 @@ from typing import Optional
 from sglang_asd.bench import report
 from sglang_asd.bench.arms import STRICT
 from sglang_asd.bench.server import identity
+from sglang_asd.server_settings import DEFAULT_MAX_BUDGET_PER_TOKEN
 
 COLUMNS = (
     ("arm", "setting"), ("fields", "request fields"), ("speed_cell", "tok/s vs strict, fixed work [CI]"),
@@ -33,7 +34,9 @@ FLAG_OF = {"asd_budget": "--asd-default-budget"}
 def server_settings(fields: dict) -> dict:
     """``{"flags": "--asd-default-budget 8 --asd-gate 0.25", "yaml": [...], "request": {...}}`` of a
     setting's request fields: each ``asd_X`` is the server's ``--asd-X`` (``asd_budget``: the
-    default budget); a gate, cap, margin or threshold set this way is also every request's ceiling."""
+    default budget; ``asd_budget_per_token``: the default rate, under which a request that sends no
+    budget has ``--asd-max-budget`` as its total); a gate, cap, margin or threshold set this way is also
+    every request's ceiling."""
     flags, yaml = [], []
     for name, value in fields.items():
         flag = FLAG_OF.get(name, "--" + name.replace("_", "-"))
@@ -44,6 +47,10 @@ def server_settings(fields: dict) -> dict:
     if isinstance(budget, (int, float)) and budget > 64:
         flags.append(f"--asd-max-budget {budget:g}")
         yaml.append(f"asd-max-budget: {budget:g}")
+    rate = fields.get("asd_budget_per_token")
+    if isinstance(rate, (int, float)) and rate > DEFAULT_MAX_BUDGET_PER_TOKEN:
+        flags.append(f"--asd-max-budget-per-token {rate:g}")
+        yaml.append(f"asd-max-budget-per-token: {rate:g}")
     return {"flags": " ".join(flags), "yaml": yaml, "request": dict(fields)}
 
 

@@ -15,6 +15,8 @@ from sglang_asd.policy.config import (
     ASDConfig,
     RuleTraits,
     validate_budget,
+    validate_budget_burst,
+    validate_budget_per_token,
     validate_cap,
     validate_gate,
     validate_margin,
@@ -23,11 +25,12 @@ from sglang_asd.policy.config import (
     validate_threshold,
 )
 from sglang_asd.policy.fly import select_chain_fly, select_tree_fly
-from sglang_asd.policy.ledger import ExceptionEvent, Ledger
+from sglang_asd.policy.ledger import Accrual, ExceptionEvent, Ledger
 from sglang_asd.policy.rule import ChainDecision, admits_exception, block_limit, select_chain
 from sglang_asd.policy.tree import TreeDecision, select_tree, tree_depth
 
 __all__ = [
+    "Accrual",
     "RULES",
     "RULE_NAMES",
     "RULE_VERSION",
@@ -45,6 +48,8 @@ __all__ = [
     "select_tree_fly",
     "tree_depth",
     "validate_budget",
+    "validate_budget_burst",
+    "validate_budget_per_token",
     "validate_cap",
     "validate_gate",
     "validate_margin",

@@ -170,6 +170,16 @@ def validate_budget(value: Any, max_budget: float = math.inf, name: str = "asd_b
     return check_number(name, value, max_budget)
 
 
+def validate_budget_per_token(value: Any, max_rate: float = math.inf, name: str = "asd_budget_per_token") -> float:
+    """An accrual rate: a finite number of nats per output token in [0, max_rate]."""
+    return check_number(name, value, max_rate)
+
+
+def validate_budget_burst(value: Any, max_burst: float = math.inf, name: str = "asd_budget_burst") -> float:
+    """An accrual's burst: a finite number of nats in [0, max_burst]."""
+    return check_number(name, value, max_burst)
+
+
 def validate_gate(value: Any, max_gate: float = math.inf, name: str = "asd_gate") -> float:
     """A gate g: a finite number in [0, max_gate]."""
     return check_number(name, value, max_gate)

@@ -64,13 +64,14 @@ def admits_exception(
     )
 
 
-def block_limit(ledger: Ledger, config: ASDConfig) -> float:
-    """The ``remaining`` that ``admits_exception`` checks: B - spent on asd's bounded ledger, B
+def block_limit(ledger: Ledger, config: ASDConfig, produced: int = 0) -> float:
+    """The ``remaining`` that ``admits_exception`` checks: B - spent on asd's bounded ledger (under
+    an accrual, ``ledger.limit(produced)``: also at most rate * produced + burst - spent), B
     otherwise (local's per-block limit; margin and threshold read it only as the opt-in B > 0)."""
     if ledger.bounded != config.traits.ledger:
         kind = "a bounded" if config.traits.ledger else "an unbounded"
         raise ValueError(f"rule {config.rule} needs {kind} ledger, got {ledger!r}")
-    return ledger.remaining if ledger.bounded else ledger.budget
+    return ledger.limit(produced) if ledger.bounded else ledger.budget
 
 
 @dataclasses.dataclass(frozen=True)
@@ -93,8 +94,10 @@ def select_chain(
     config: ASDConfig,
     stop_tokens: AbstractSet[int] = frozenset(),
     target_margin: Optional[Sequence[float]] = None,
+    produced: int = 0,
 ) -> ChainDecision:
     """Decide one chain block and charge ``ledger`` (bounded for asd, unbounded otherwise).
+    ``produced``: output tokens committed before the block (read by a ledger's accrual).
 
     draft: [K] x_0..x_{K-1}; target_argmax: [K+1] argmax z_0..z_K; regret: [K] r_i =
     max z_i - z_i(x_i) in nats (inf for a masked token); target_margin: [K+1] z_(1) - z_(2) of
@@ -106,7 +109,7 @@ def select_chain(
         target_margin = [math.nan] * (depth + 1)
     elif len(target_margin) != depth + 1:
         raise ValueError(f"target_margin must have K + 1 = {depth + 1} entries, got {len(target_margin)}")
-    limit = block_limit(ledger, config)
+    limit = block_limit(ledger, config, produced)
     accepted: list[int] = []
     events: list[ExceptionEvent] = []
     block_regret = 0.0
@@ -129,7 +132,7 @@ def select_chain(
         accepted.append(token)
         events.append(ExceptionEvent(i, token, target_argmax[i], regret[i]))
         block_regret += regret[i]
-    spent = ledger.charge(events)
+    spent = ledger.charge(events, produced)
     return ChainDecision(
         accepted=tuple(accepted),
         exceptions=tuple(e.position for e in events),

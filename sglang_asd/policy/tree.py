@@ -62,6 +62,7 @@ def select_tree(
     stop_tokens: AbstractSet[int] = frozenset(),
     target_margin: Optional[Sequence[float]] = None,
     gate_depth: Optional[int] = None,
+    produced: int = 0,
 ) -> TreeDecision:
     """Decide one tree block and charge ``ledger`` (bounded for asd, unbounded otherwise).
 
@@ -73,7 +74,8 @@ def select_tree(
     zero-step verify, W = 1) accepts nothing and commits the root's argmax as the bonus;
     target_margin: [W] z_(1) - z_(2) of each node's target logits (the margin rule reads it at
     the parent); gate_depth: the K of the gate's q_i = K - i (default ``depth``; NGRAM:
-    ``tree_depth(parents, depth)``).
+    ``tree_depth(parents, depth)``); produced: output tokens committed before the block (read by
+    a ledger's accrual, ``Ledger.limit``).
     """
     _check_tree(tokens, parents, target_argmax, regret)
     if target_margin is None:
@@ -81,7 +83,7 @@ def select_tree(
     elif len(target_margin) != len(tokens):
         raise ValueError(f"target_margin must have W = {len(tokens)} entries, got {len(target_margin)}")
     gate_k = depth if gate_depth is None else gate_depth
-    limit = block_limit(ledger, config)
+    limit = block_limit(ledger, config, produced)
     states: list[Optional[_PathState]] = [None] * len(tokens)
     states[0] = _PathState(depth=0, exception_nodes=(), regret=0.0)
     first_sibling_tokens: set[Tuple[int, int]] = set()
@@ -115,7 +117,7 @@ def select_tree(
     path = _path_to(best, parents)
     exceptions = tuple(i for i, n in enumerate(path) if n in states[best].exception_nodes)
     events = [ExceptionEvent(i, tokens[path[i]], target_argmax[parents[path[i]]], regret[path[i]]) for i in exceptions]
-    spent = ledger.charge(events)
+    spent = ledger.charge(events, produced)
     return TreeDecision(
         path=path,
         accepted=tuple(tokens[n] for n in path),

@@ -146,6 +146,21 @@ def test_server_settings_of_a_setting():
     assert calibrate_report.server_settings({"asd_budget": 100.0})["flags"].endswith("--asd-max-budget 100")
 
 
+
+def test_a_per_token_setting_maps_to_the_servers_default_rate_and_its_flags_parse():
+    from sglang_asd.bench.arms import parse_arms
+    from sglang_asd.server_settings import split_argv
+
+    (arm,) = parse_arms("pt02:asd_budget_per_token=0.02,asd_budget_burst=0.5")
+    assert arm.fields == {"asd_budget_per_token": 0.02, "asd_budget_burst": 0.5} and arm.budget is None
+    s = calibrate_report.server_settings(dict(arm.fields))
+    assert s["flags"] == "--asd-budget-per-token 0.02 --asd-budget-burst 0.5"
+    settings, rest = split_argv(s["flags"].split())
+    assert (settings.budget_per_token, settings.budget_burst, rest) == (0.02, 0.5, [])
+    assert calibrate_report.server_settings({"asd_budget_per_token": 2.0})["flags"].endswith(
+        "--asd-max-budget-per-token 2")
+
+
 # ---------------------------------------------------------------- the quick recipe
 
 
@@ -312,6 +327,28 @@ def test_calibrate_end_to_end_on_a_tiny_cpu_server(servers, tmp_path):
     if q["values"]:
         assert q["fields"]["asd_max_exceptions_per_block"] == 1 and q["budget"] == pytest.approx(3 * q["gate"])
     assert "does not measure" in (quick / "calibrate.md").read_text()
+
+
+
+@pytest.mark.server
+@pytest.mark.server_group("eagle")
+def test_calibrate_measures_a_per_token_setting_on_a_tiny_cpu_server(servers, tmp_path):
+    """A per-token arm (``--arms 'pt05:asd_budget_per_token=0.05'``) runs end to end: its requests carry
+    the rate, its spend stays within rate x tokens, and the report names it."""
+    url = servers.get("eagle").url
+    prompts = tmp_path / "mine.jsonl"
+    prompts.write_text("".join(json.dumps({"id": f"q{i}", "prompt": f"Count from {i}:"}) + "\n" for i in range(2)))
+    out = tmp_path / "per_token"
+    assert calibrate.main(["--url", url, "--prompts", str(prompts), "--budgets", "0",
+                           "--arms", "pt05:asd_budget_per_token=0.05", "--max-new-tokens", "12",
+                           "--speed-max-new-tokens", "12", "--concurrency", "2", "--api", "generate",
+                           "--min-agreement", "0.95", "--out", str(out)]) == 0
+    result = json.loads((out / "calibrate.json").read_text())
+    strict, pt = result["rows"]
+    assert (strict["arm"], pt["arm"], pt["pairs"]) == ("strict", "pt05", 2)
+    assert pt["field_values"] == {"asd_budget_per_token": 0.05}
+    assert 0 <= pt["spent_mean"] <= pt["spent_max"] <= 0.05 * 12 + 1e-4
+    assert "| pt05 | asd_budget_per_token=0.05 |" in (out / "calibrate.md").read_text()
 
 
 def test_no_recommendation_before_the_speed_of_a_qualifying_setting_is_measured():

@@ -35,8 +35,11 @@ def test_admission_and_release_only_stage_rows():
     t.admit([3], [a], [8.0], [0.25], [2], [{2, 7}])
     assert t.num_active == 1 and t.owner_of(3) is a and t.has_staged
     assert all(torch.equal(x, y) for x, y in zip(before, _device_state(t))), "admission wrote a device row"
-    remaining, gate, cap, stops, rule, power, produced, scope = t.begin_verify(torch.tensor([3, 0]))
+    remaining, gate, cap, stops, rule, power, produced, rate, burst_left, limit, scope = t.begin_verify(
+        torch.tensor([3, 0]))
     assert remaining.tolist() == [8.0, 0.0] and gate.tolist() == [0.25, 0.0] and cap.tolist() == [2, 0]
+    assert rate.tolist() == [0.0, 0.0] and burst_left.tolist() == [float("inf"), 0.0], "no accrual: never binds"
+    assert limit.tolist() == [8.0, 0.0]
     assert stops.tolist() == [[2, 7, -1, -1], [-1, -1, -1, -1]] and not t.has_staged
     t.release([3])
     assert t.num_active == 0 and t.remaining[3] == 8.0, "release wrote a device row"

@@ -2,9 +2,9 @@
 
 Request fields ``asd_budget``, ``asd_rule``, ``asd_gate``, ``asd_max_exceptions_per_block``,
 ``asd_margin``, ``asd_threshold``, fly's ``asd_fly_entropy_threshold``, ``asd_fly_entropy_top_k``,
-``asd_fly_window_size``, the sampled rule's ``asd_sampled_floor``, ``asd_sampled_power``,
-``asd_sampled_max_relaxed_per_block`` and the scope's ``asd_strict_prefix``, ``asd_scope``,
-``asd_strict_spans`` (docs/CONTRACTS.md):
+``asd_fly_window_size``, the accrual's ``asd_budget_per_token`` and ``asd_budget_burst``, the sampled
+rule's ``asd_sampled_floor``, ``asd_sampled_power``, ``asd_sampled_max_relaxed_per_block`` and the
+scope's ``asd_strict_prefix``, ``asd_scope``, ``asd_strict_spans`` (docs/CONTRACTS.md):
 - native ``/generate``: top level, where it applies to every ``sampling_params`` of the request (each
   of a batch's list; one is created when none is given), or inside ``sampling_params`` (an object or
   a list of them), directly or in its ``custom_params``. The top level is the form that works
@@ -52,12 +52,14 @@ from sglang_asd.hooks.registry import Seam
 from sglang_asd.policy.config import shown
 from sglang_asd.sglang_seams.state.request_ledger import (
     BUDGET_KEY,
+    BURST_KEY,
     CAP_KEY,
     FLY_THRESHOLD_KEY,
     FLY_TOP_K_KEY,
     FLY_WINDOW_KEY,
     GATE_KEY,
     MARGIN_KEY,
+    PER_TOKEN_KEY,
     REQUEST_KEYS,
     RULE_KEY,
     SAMPLED_CAP_KEY,
@@ -121,7 +123,8 @@ def validate_fields(fields: dict, settings: ASDServerSettings) -> dict:
                  FLY_THRESHOLD_KEY: config.fly_entropy_threshold, FLY_TOP_K_KEY: config.fly_entropy_top_k,
                  FLY_WINDOW_KEY: config.fly_window_size,
                  SAMPLED_FLOOR_KEY: choice.sampled.floor, SAMPLED_POWER_KEY: choice.sampled.power,
-                 SAMPLED_CAP_KEY: choice.sampled.max_relaxed_per_block,
+                 SAMPLED_CAP_KEY: choice.sampled.max_relaxed_per_block, PER_TOKEN_KEY: choice.rate,
+                 BURST_KEY: choice.burst,
                  STRICT_PREFIX_KEY: choice.scope.strict_prefix, SCOPE_KEY: choice.scope.scope,
                  STRICT_SPANS_KEY: [list(p) for p in validate_spans(given.get(STRICT_SPANS_KEY, []))]}
     return {k: validated[k] for k in given}
@@ -159,9 +162,11 @@ def _merge(places: list[tuple[Optional[str], dict]], settings: ASDServerSettings
 
 
 def _validated(key: str, value: Any, merged: dict, settings: ASDServerSettings) -> Any:
-    """``value`` of ``key`` as validated, under the request's rule (which decides the parameters it reads)."""
-    rule = {RULE_KEY: merged[RULE_KEY]} if key != RULE_KEY and RULE_KEY in merged else {}
-    return validate_fields({**rule, key: value}, settings)[key]
+    """``value`` of ``key`` as validated, under the request's rule (which decides the parameters it
+    reads) and, for a burst, its rate (a burst needs one)."""
+    depends_on = (RULE_KEY, PER_TOKEN_KEY) if key == BURST_KEY else (RULE_KEY,)
+    context = {k: merged[k] for k in depends_on if k != key and k in merged}
+    return validate_fields({**context, key: value}, settings)[key]
 
 
 def _where(prefix: Optional[str], key: str) -> str:

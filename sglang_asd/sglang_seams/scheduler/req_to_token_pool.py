@@ -14,7 +14,9 @@
   tokens, its output count (``produced``: ``produced_at_admission``) and, for a scoped request, its
   scope (``_scope_row``); a strict request gets a zero row. A sampled request's row (rule ``asd-sampled``) holds
   B - spent in nats of KL, its floor in the gate column, its relaxed-node cap in the cap column
-  and its power in the power column (``ledger_table.py``). That covers a slot lent to the next turn of a
+  and its power in the power column (``ledger_table.py``). A request under a per-token rate
+  (asd or sampled) also stages its rate and burst - host spent (exact at admission, as
+  ``remaining``); every other row stages rate 0 and +inf, an accrual that never binds. That covers a slot lent to the next turn of a
   streaming session without a free (``srt/session/streaming_session.py``): the ledger belongs to
   the request, not to the slot. ``free_rows`` stages zero rows for the slots it frees.
 - Upstream: none yet. A request-slot lifecycle callback (alloc/free) on ReqToTokenPool would make
@@ -96,6 +98,8 @@ def alloc_around(original, self, reqs, *args, produced_of=produced_at_admission,
             power=[c[2] for c in columns],
             produced=produced,
             scope=[_scope_row(r, n) for r, n in zip(admitted, produced)],
+            rate=[r.asd_ledger.choice.rate if r.asd_ledger.accrues else 0.0 for r in admitted],
+            burst_left=[r.asd_ledger.device_burst_left for r in admitted],
         )
     if lent:
         table.release(lent)

@@ -52,7 +52,7 @@ Ordering: every device write is issued by the verify step, on the stream that ru
   launches of the decode loops (``event_loop_overlap_disagg_decode`` included), so the staging
   argument above holds unchanged; the argument is spelled out there.
 - Staged writes are applied with one host-to-device copy (pinned, non-blocking) of a packed
-  ``[n, 11 + T + 4M]`` float64 block; slots, caps, rule ids, counts, bits and token ids are exact in float64. A step
+  ``[n, 13 + T + 4M]`` float64 block; slots, caps, rule ids, counts, bits and token ids are exact in float64. A step
   that follows no admission or release copies nothing.
 - Sampled rows follow the same order: admitted and released by staging, applied by
   ``begin_verify`` (called by the verify step's ``open`` before SGLang's sampling branch runs), and charged by
@@ -95,6 +95,25 @@ gathers. ``scoped_active`` (host view, updated with ``owner``) says whether any 
 only then does the verify step gather the scope columns and pass them to the verifier, so a
 server whose requests use no scope runs exactly as without scopes.
 
+Accrual (``asd_budget_per_token``, docs/CONTRACTS.md "Budgets that accrue with output"): ``rate``
+(nats per output token) and ``burst_left`` (the request's burst minus everything it has spent;
++inf for a row without a rate, so the accrual never binds it, and never a large finite stand-in
+that would swallow what is subtracted from it). ``begin_verify`` gathers each row's ``limit`` =
+``min(remaining, rate * produced + burst_left)``, what the verifiers read as the row's remaining
+(``rows_on``, ``asd_verify``, ``asd_sampled_verify``), and ``charge`` lowers ``remaining`` and
+``burst_left`` by the same block spend. So after a round, spent <= rate * produced + burst, with
+``produced`` the count before the round; every event of the round sits at an output position
+>= produced, so the cumulative spent after it is <= rate * (its position) + burst: the bound holds
+at every event, not just on average (conservative: tokens committed within the round accrue only
+for the next one). Stream order is ``remaining``'s exactly: both columns are written only by the
+staged admission (applied by ``begin_verify``) and by ``charge`` in the verify step's ``settle``,
+and read by the next step's ``begin_verify`` on the same stream, after ``advance`` wrote the
+count; under the overlap scheduler batch N+1's limit is computed from batch N's charge and count
+although the host has not yet processed batch N (the same one-step lag as ``remaining``). ``rate``
+is written only at admission. A rate row's host view (``owner``, rules) does not depend on the
+accrual: a row whose limit is 0 in a round (rate > 0, burst 0, nothing produced yet) is simply not
+decided by ASD in that round (``rows_on`` reads the limit).
+
 ``owner`` is the host's view of which request (its ``RequestLedger``) a row belongs to; a slot
 lent to another request without being freed (SGLang's streaming sessions) is re-admitted for it.
 """
@@ -102,6 +121,7 @@ lent to another request without being freed (SGLang's streaming sessions) is re-
 from __future__ import annotations
 
 import collections
+import math
 from typing import FrozenSet, Iterable, NamedTuple, Optional, Sequence
 
 import torch
@@ -110,8 +130,8 @@ from sglang_asd.policy.config import RULE_NAMES, RULES
 from sglang_asd.verify.rules import SAMPLED_RULE_ID
 from sglang_asd.verify.scope import ScopeRows
 
-_FIELDS = 11  # slot, remaining, gate, cap, rule, power, produced, strict prefix, scope state, require, forbid;
-# then the stop tokens, then the markers (4 values each)
+_FIELDS = 13  # slot, remaining, gate, cap, rule, power, produced, strict prefix, scope state, require, forbid,
+# rate, burst_left; then the stop tokens, then the markers (4 values each)
 _NO_SCOPE = (0, 0, 0, 0, ())  # strict prefix, state, require, forbid, marker ops
 
 
@@ -125,6 +145,9 @@ class LedgerRows(NamedTuple):
     rule: torch.Tensor  # [bs] int32 rule id
     power: torch.Tensor  # [bs] float32 (sampled rows: a = q ** power; 0 elsewhere)
     produced: torch.Tensor  # [bs] int32 output tokens committed so far: draft position i is output index produced + i
+    rate: torch.Tensor  # [bs] float32 accrual rate (nats per output token; 0 without one)
+    burst_left: torch.Tensor  # [bs] float32 burst - spent (+inf without a rate)
+    limit: torch.Tensor  # [bs] float32 min(remaining, rate * produced + burst_left): the verifiers' remaining
     scope: Optional[ScopeRows] = None  # the rows' scopes, gathered only while some ASD row has one (``scoped_active``)
 
 
@@ -138,6 +161,8 @@ class ASDLedgerTable:
         self.power = torch.zeros(num_slots, dtype=torch.float32, device=self.device)  # [slots] sampled rows only
         self.stop_tokens = torch.full((num_slots, stop_width), -1, dtype=torch.int64, device=self.device)  # [slots, T]
         self.produced = torch.zeros(num_slots, dtype=torch.int32, device=self.device)  # [slots] output tokens committed
+        self.rate = torch.zeros(num_slots, dtype=torch.float32, device=self.device)  # [slots] accrual rate
+        self.burst_left = torch.zeros(num_slots, dtype=torch.float32, device=self.device)  # [slots] burst - spent
         int32 = dict(dtype=torch.int32, device=self.device)
         self.strict_prefix = torch.zeros(num_slots, **int32)  # [slots]
         self.scope_state = torch.zeros(num_slots, **int32)  # [slots] span state before the next root
@@ -147,7 +172,8 @@ class ASDLedgerTable:
         self.markers[:, :, 1:] = 0
         self._scoped: set = set()  # host view: slots whose ASD row has a scope
         self.owner: dict[int, object] = {}  # host view: slot -> the ledger its row holds (ASD rows only)
-        self._staged: dict[int, tuple] = {}  # slot -> (remaining, gate, cap, rule, power, produced, stop tokens); last write wins
+        self._staged: dict[int, tuple] = {}  # slot -> (remaining, gate, cap, rule, power, produced, rate, burst_left,
+        #                                       stop tokens); last write wins
         self._rule_of: dict[int, int] = {}  # host view: slot -> rule id (ASD rows only, as owner)
         self._rule_count: collections.Counter = collections.Counter()  # rule id -> ASD rows using it
         self._host_rows = torch.zeros(num_slots, dtype=torch.bool)  # host view: slot -> ASD row (as owner)
@@ -179,12 +205,14 @@ class ASDLedgerTable:
     def admit(self, slots: Sequence[int], owners: Sequence[object], remaining: Sequence[float],
               gate: Sequence[float], cap: Sequence[int], stop_tokens: Sequence[Iterable[int]],
               rule: Optional[Sequence[int]] = None, power: Optional[Sequence[float]] = None,
-              produced: Optional[Sequence[int]] = None, scope: Optional[Sequence[Optional[tuple]]] = None) -> None:
+              produced: Optional[Sequence[int]] = None, scope: Optional[Sequence[Optional[tuple]]] = None,
+              rate: Optional[Sequence[float]] = None, burst_left: Optional[Sequence[float]] = None) -> None:
         """Stage the rows of requests that took (or were lent) these slots. ``rule``: rule ids
         (default asd); ``power``: sampled rows' power, fly rows' entropy top-k (default 0); ``produced``:
         output tokens committed before the row's first verify (default 0; see the module docstring);
         ``scope``: per row None (unscoped) or (strict prefix, state, require, forbid, marker ops as
-        (token, set, clear, toggle) tuples), ``policy.scope.Markers`` at admission. A row is an ASD row
+        (token, set, clear, toggle) tuples), ``policy.scope.Markers`` at admission; ``rate``,
+        ``burst_left``: the accrual (default 0 and +inf: none; module docstring). A row is an ASD row
         when the caller's rule admits exceptions on it (remaining, gate > 0 or a fly rule, and, for a
         capped rule, cap > 0),
         as ``verify.rules.rows_on`` / ``sampled_rows_on`` decide."""
@@ -192,10 +220,12 @@ class ASDLedgerTable:
         power = [0.0] * len(slots) if power is None else power
         produced = [0] * len(slots) if produced is None else produced
         scope = [None] * len(slots) if scope is None else scope
-        for s, o, r, g, c, stops, k, w, n, sc in zip(slots, owners, remaining, gate, cap, stop_tokens, rule, power,
-                                                     produced, scope):
+        rate = [0.0] * len(slots) if rate is None else rate
+        burst_left = [math.inf] * len(slots) if burst_left is None else burst_left
+        for s, o, r, g, c, stops, k, w, n, sc, a, b in zip(slots, owners, remaining, gate, cap, stop_tokens, rule,
+                                                           power, produced, scope, rate, burst_left):
             self._staged[s] = (float(r), float(g), int(c), int(k), float(w), int(n), sorted({int(t) for t in stops}),
-                               _NO_SCOPE if sc is None else sc)
+                               _NO_SCOPE if sc is None else sc, float(a), float(b))
             self._forget(s)
             capped = k == SAMPLED_RULE_ID or RULES[RULE_NAMES[k]].capped
             deferred = k != SAMPLED_RULE_ID and RULES[RULE_NAMES[k]].deferred  # fly: any threshold
@@ -213,7 +243,7 @@ class ASDLedgerTable:
             owned = s in self.owner
             self._forget(s)
             if owned or s in self._staged:
-                self._staged[s] = (0.0, 0.0, 0, 0, 0.0, 0, [], _NO_SCOPE)
+                self._staged[s] = (0.0, 0.0, 0, 0, 0.0, 0, [], _NO_SCOPE, 0.0, 0.0)
 
     def _forget(self, slot: int) -> None:
         """Drop ``slot`` from the host view (owner, rule counts)."""
@@ -238,19 +268,25 @@ class ASDLedgerTable:
     # -- the verify step (stream order) ---------------------------------------------------------
 
     def begin_verify(self, rows: torch.Tensor) -> LedgerRows:
-        """Apply staged writes, then gather ``rows`` ([bs] slots on the device)."""
+        """Apply staged writes, then gather ``rows`` ([bs] slots on the device) and each row's
+        ``limit`` (the accrual, module docstring)."""
         if self._staged:
             self._apply_staged()
-        produced = self.produced[rows]
+        remaining, produced = self.remaining[rows], self.produced[rows]
+        rate, burst_left = self.rate[rows], self.burst_left[rows]
+        limit = torch.minimum(remaining, rate * produced.to(rate.dtype) + burst_left)
         scope = ScopeRows(produced, self.strict_prefix[rows], self.scope_state[rows], self.scope_require[rows],
                           self.scope_forbid[rows], self.markers[rows]) if self._scoped else None
-        return LedgerRows(self.remaining[rows], self.gate[rows], self.cap[rows], self.stop_tokens[rows],
-                          self.rule[rows], self.power[rows], produced, scope)
+        return LedgerRows(remaining, self.gate[rows], self.cap[rows], self.stop_tokens[rows],
+                          self.rule[rows], self.power[rows], produced, rate, burst_left, limit, scope)
 
-    def charge(self, rows: torch.Tensor, remaining: torch.Tensor) -> None:
-        """Write back each row's remaining budget after the round (``rows`` [bs], ``remaining`` [bs]);
-        the caller passes rows of rules without a ledger unchanged."""
+    def charge(self, rows: torch.Tensor, remaining: torch.Tensor, burst_left: Optional[torch.Tensor] = None) -> None:
+        """Write back each row's remaining budget after the round (``rows`` [bs], ``remaining`` [bs])
+        and, with ``burst_left`` [bs], its accrual column (lowered by the same spend); the caller
+        passes rows of rules without a ledger unchanged."""
         self.remaining.index_put_((rows,), remaining)
+        if burst_left is not None:
+            self.burst_left.index_put_((rows,), burst_left)
 
     def advance(self, rows: torch.Tensor, produced: torch.Tensor) -> None:
         """Write back each row's output count after the round (``rows`` [bs], ``produced`` [bs]: the
@@ -277,11 +313,11 @@ class ASDLedgerTable:
             grown[:, : self.markers.shape[1]] = self.markers
             self.markers = grown
         T, M = self.stop_tokens.shape[1], self.markers.shape[1]
-        packed = [[s, r, g, c, k, w, n, *sc[:4], *stops, *([-1] * (T - len(stops))),
+        packed = [[s, r, g, c, k, w, n, *sc[:4], a, b, *stops, *([-1] * (T - len(stops))),
                    *(v for op in sc[4] for v in op), *([-1, 0, 0, 0] * (M - len(sc[4])))]
-                  for s, (r, g, c, k, w, n, stops, sc) in staged.items()]
+                  for s, (r, g, c, k, w, n, stops, sc, a, b) in staged.items()]
         pinned = self.device.type == "cuda"
-        host = torch.tensor(packed, dtype=torch.float64, pin_memory=pinned)  # [n, 11 + T + 4M]
+        host = torch.tensor(packed, dtype=torch.float64, pin_memory=pinned)  # [n, _FIELDS + T + 4M]
         block = host.to(self.device, non_blocking=pinned)
         idx = block[:, 0].long()
         self.remaining[idx] = block[:, 1].float()
@@ -294,6 +330,8 @@ class ASDLedgerTable:
         self.scope_state[idx] = block[:, 8].int()
         self.scope_require[idx] = block[:, 9].int()
         self.scope_forbid[idx] = block[:, 10].int()
+        self.rate[idx] = block[:, 11].float()
+        self.burst_left[idx] = block[:, 12].float()  # +inf stays +inf
         self.stop_tokens[idx] = block[:, _FIELDS:_FIELDS + T].long()
         self.markers[idx] = block[:, _FIELDS + T:].long().view(-1, M, 4)
 

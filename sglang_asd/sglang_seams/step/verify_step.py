@@ -16,7 +16,10 @@ holds everything else, once.
 
 The step, numbered as in the code:
 1. ``open``: the batch's ledger rows. The ledger table applies its staged admissions and
-   releases, then gathers the batch's rows (remaining, gate, cap, stop tokens, rule, power); the
+   releases, then gathers the batch's rows (remaining, gate, cap, stop tokens, rule, power, the
+   output count and the accrual) and each row's ``limit``: its remaining, and under a per-token rate
+   at most rate x produced + burst - spent (``state/ledger_table.py`` "Accrual"), which is the
+   remaining every verifier and ``rows_on`` read in this step; the
    greedy rows ASD decides (``active``, ``verify.rules.rows_on``) and, where the caller serves
    the sampled rule and the table holds a sampled row, the sampled rows (``sampled_active``,
    ``sampled_rows_on``; disjoint from ``active`` by rule id). No table, no ASD row in it, or an
@@ -38,7 +41,7 @@ The step, numbered as in the code:
 3. ``settle``: the device ledger is charged in one write (asd and fly-bounded rows: their regret;
    sampled rows: their KL, ``spent`` of the sampled verifier; strict rows spend 0, padding rows map
    to the all-zero slot 0, local rows keep B for the next block, margin, threshold and fly have no
-   ledger),
+   ledger; the accrual column ``burst_left`` is lowered by the same spend, +inf staying +inf),
    and the round's receipts (``ASDRoundOutput.of_round``, ``with_sampled``) are left on the step;
    ``attach`` hands them to SGLang with the batch's logits output, copied to the host with the
    batch's tokens and consumed once SGLang has committed them (``state/round_output.py``).
@@ -60,7 +63,11 @@ finished request's row, which its release zeroes). The rules add no ordering of 
 row's rule id is written only with its admission (staged, applied by ``open``), the kernel choice
 reads the host view that matches exactly the rows applied at this step's issue, and only asd,
 fly-bounded and sampled rows' ``remaining`` changes from round to round (fly's window is a test
-inside one block's logits: it carries nothing from round to round but that charge). Host views (``rules_active``,
+inside one block's logits: it carries nothing from round to round but that charge). The accrual
+adds none either: its ``burst_left`` column is charged with ``remaining``, by the same ``settle``
+write order, and the limit is computed in ``open`` from the columns the previous step's ``settle``
+left on this stream (charge and output count), so it lags the device by nothing and the host by
+the same one round as ``remaining``. Host views (``rules_active``,
 ``sampled_active``, ``holds_asd``) are host state: the step never syncs with the device.
 
 Tensor parallelism. Every rank runs the step on its own logits and ledger table; the ledgers stay
@@ -161,9 +168,9 @@ def open(batch, group=None, *, sampled: bool = False, **call) -> Optional[Verify
     slots = batch.req_pool_indices  # [bs] device
     r = table.begin_verify(slots)  # staged admissions and releases applied first: the host views are exact now
     return VerifyStep(
-        table=table, slots=slots, rows=r, active=rows_on(r.remaining, r.gate, r.cap, r.rule),
+        table=table, slots=slots, rows=r, active=rows_on(r.limit, r.gate, r.cap, r.rule),
         rules_active=table.rules_active,
-        sampled_active=sampled_rows_on(r.remaining, r.gate, r.cap, r.rule) if sampled and table.sampled_active else None,
+        sampled_active=sampled_rows_on(r.limit, r.gate, r.cap, r.rule) if sampled and table.sampled_active else None,
         group=group, slots_cpu=getattr(batch, "req_pool_indices_cpu", None), **call)
 
 
@@ -197,7 +204,7 @@ def decide(step: VerifyStep, candidates: torch.Tensor, logits: torch.Tensor, ret
     r = step.rows
     if r.scope is None:  # a scoped batch runs the torch verifier (``verify.dispatch``): no kernel variant
         check_variant(candidates, logits, depth, r.stop_tokens, target_predict, step.rules_active)
-    out = asd_verify(candidates, logits, retrieve_next_token, retrieve_next_sibling, r.remaining, r.gate, r.cap,
+    out = asd_verify(candidates, logits, retrieve_next_token, retrieve_next_sibling, r.limit, r.gate, r.cap,
                      depth, stop_tokens=r.stop_tokens, target_predict=target_predict, rule=r.rule,
                      rules_present=step.rules_active, tree_depth_gate=tree_depth_gate, fly_top_k=r.power,
                      scope=r.scope)
@@ -217,7 +224,7 @@ def decide_sampled(step: VerifyStep, predicts, accept_index, accept_token_num, c
     out = asd_sampled_verify(
         predicts, accept_index, accept_token_num, candidates, retrieve_index, retrieve_next_token,
         retrieve_next_sibling, coins, final_coins, target_probs,
-        remaining=torch.where(on, r.remaining, torch.zeros_like(r.remaining)),
+        remaining=torch.where(on, r.limit, torch.zeros_like(r.limit)),
         floor=r.gate, cap=r.cap, power=r.power, stop_tokens=r.stop_tokens,
         threshold_single=threshold_single, threshold_acc=threshold_acc, max_children=step.max_children,
         scope=r.scope)
@@ -271,12 +278,12 @@ def settle(step: VerifyStep, candidates: torch.Tensor, depth: int, sglang_result
     the same stream order as the charge (``state/ledger_table.py``)."""
     out = step.decision if step.decision is not None else _no_exception(*sglang_result, depth)
     r = step.rows
-    remaining = r.remaining
-    if step.sampled is not None:  # the sampled rows' KL
-        remaining = remaining - torch.where(step.sampled_active, step.sampled.spent, torch.zeros_like(step.sampled.spent))
     bs = step.slots.shape[0]
     charged = step.active & row_traits(r.rule, bs, r.rule.device).ledger  # asd and fly-bounded rows only
-    step.table.charge(step.slots, remaining - torch.where(charged, out.spent, torch.zeros_like(out.spent)))
+    spent = torch.where(charged, out.spent, torch.zeros_like(out.spent))  # [bs] this round's spend per row
+    if step.sampled is not None:  # the sampled rows' KL (disjoint from the greedy rows)
+        spent = spent + torch.where(step.sampled_active, step.sampled.spent, torch.zeros_like(step.sampled.spent))
+    step.table.charge(step.slots, r.remaining - spent, r.burst_left - spent)  # the accrual: the same spend
     # Output tokens committed this round, every row: SGLang's merged count where it gives one (a
     # tree: greedy and sampled rows merged), else the decision's (a chain's ASD rows; its other
     # rows are strict greedy there, which is SGLang's chain verify).
