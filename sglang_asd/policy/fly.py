@@ -109,6 +109,7 @@ def select_chain_fly(
     ledger: Ledger,
     config: ASDConfig,
     stop_tokens: AbstractSet[int] = frozenset(),
+    produced: int = 0,  # output tokens before the block: fly-bounded under an accrual (rule.block_limit)
 ) -> ChainDecision:
     """One chain block under fly or fly-bounded, computed as vLLM does: mark each deferrable
     position (its whole window exact), then accept up to the first position neither exact nor
@@ -120,7 +121,7 @@ def select_chain_fly(
     if not (len(target_argmax) == len(entropy) == K + 1 and len(regret) == K):
         raise ValueError(f"target_argmax and entropy need K + 1 = {K + 1} entries and regret K, got "
                          f"{len(target_argmax)}, {len(entropy)}, {len(regret)}")
-    limit = block_limit(ledger, config)
+    limit = block_limit(ledger, config, produced)
     W = fly_window(config.fly_window_size, K)
     exact = [draft[i] == target_argmax[i] for i in range(K)]
     deferred = [
@@ -162,6 +163,7 @@ def select_tree_fly(
     config: ASDConfig,
     stop_tokens: AbstractSet[int] = frozenset(),
     window_depth: Optional[int] = None,
+    produced: int = 0,  # as select_chain_fly's
 ) -> TreeDecision:
     """One tree block under fly or fly-bounded, path by path (module docstring): the deepest node
     whose path passes, ties to the smaller regret, then the smaller node index. Inputs as
@@ -170,7 +172,7 @@ def select_tree_fly(
     _check_tree(tokens, parents, target_argmax, regret)
     if len(entropy) != len(tokens):
         raise ValueError(f"entropy must have W = {len(tokens)} entries, got {len(entropy)}")
-    limit = block_limit(ledger, config)
+    limit = block_limit(ledger, config, produced)
     W = fly_window(config.fly_window_size, depth if window_depth is None else window_depth)
     states: list[Optional[_FlyPath]] = [None] * len(tokens)
     states[0] = _FlyPath(0, (), 0.0, math.inf)
