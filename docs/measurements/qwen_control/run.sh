@@ -1,6 +1,12 @@
 #!/usr/bin/env bash
 # One resumable chain on the Qwen2.5-Coder 1.5B + 0.5B pair (STANDALONE K = 4, SGLang's own draft flow,
 # CPU) whose arms answer three questions on the same prompts and server configuration:
+#   0. scope_gsm8k: what keeping the answer exact costs and buys (issue 50), GSM8K only, first 100 items:
+#      strict, budget 8, budget 8 with the answer line strict (`asd_strict_spans`: from the answer marker
+#      `####`, a single token of this tokenizer, to the end; the close marker `</tool_call>` never occurs
+#      in these answers), budget 8 with the first 16 output tokens strict (`asd_strict_prefix`: what a
+#      server default of 16 would cost); speed at fixed work as below. The smallest step that answers
+#      one question whole, so it runs first.
 #   1. calib: which budget buys which quality (`python -m sglang_asd.calibrate`): strict and the asd
 #      ladder 0.5 .. 8 on GSM8K and HumanEval, first 100 items each, chat route, natural stop (cap
 #      384), concurrency 24, then speed at fixed work (16 prompts x 128 tokens, one repeat); its
@@ -9,11 +15,9 @@
 #      asd 2 and 8, FLy at vLLM's defaults (entropy threshold 0.3, top 3, window min(6, K - 1)) and at
 #      thresholds 0.15 and 0.6, FLy under the ledger (`fly-bounded`) at 2 and 8; the same prompts,
 #      caps and fixed work as step 1.
-#   3. where_k4: where and how fast a request may spend, at budget 8 against budget 8 unscoped: the
-#      GSM8K answer line strict (`asd_strict_spans`: from the answer marker `####`, a single token of
-#      this tokenizer, to the end; the close marker `</tool_call>` never occurs in these answers), the
-#      first 16 and 64 output tokens strict (`asd_strict_prefix`: what the server default costs), and
-#      per-token budgets (`asd_budget_per_token`) at the rates that spend 2 and 8 nats over 512 tokens;
+#   3. where_k4: where and how fast a request may spend, at budget 8 against budget 8 unscoped, on both
+#      tasks: the first 64 output tokens strict (`asd_strict_prefix`), and per-token budgets
+#      (`asd_budget_per_token`) at the rates that spend 2 and 8 nats over 512 tokens;
 #   4. long_k4: 8 prompts x 512 tokens at concurrency 4, fixed budgets 2 and 8 against the per-token
 #      rates of equal spend at 512 tokens (where a fixed budget binds early and a rate keeps paying).
 # Each step is its own calibrate run with its own strict arm (a second strict run is the noise floor),
@@ -40,14 +44,19 @@ else
 $RULE_CEILINGS ${SERVER_EXTRA:-}"
     LIMIT=${LIMIT:-100}; CAP=384; SPEED_TOKENS=128; MIN_GB=9
 fi
-COMMON="--tasks gsm8k,humaneval --limit $LIMIT --api chat --max-new-tokens $CAP --concurrency 24 \
+RUN="--limit $LIMIT --api chat --max-new-tokens $CAP --concurrency 24 \
 --speed-max-new-tokens $SPEED_TOKENS --repeats 1 --max-accuracy-drop 1 --min-agreement 0.95 \
 --max-length-change 0.03 --timeout 3600 --launch-timeout 1800 --resume"
+COMMON="--tasks gsm8k,humaneval $RUN"
 
 log "run.sh at $(git -C "$REPO" rev-parse --short HEAD) -> $OUT (SMOKE=${SMOKE:-0})"
 [ "${SMOKE:-0}" = 1 ] || chain_seed "$REPO/docs/measurements/qwen_control/results"
 wait_for_chains 'issue35/run.sh|issue33/run.sh|run_ablation.sh'
 wait_for_memory $MIN_GB
+
+step scope_gsm8k sglang_asd.calibrate --launch="$SERVER" --tasks gsm8k --budgets 8 \
+    --arms "ans8:asd_budget=8,asd_strict_spans=####|</tool_call>;p16:asd_budget=8,asd_strict_prefix=16" $RUN \
+    --out "$OUT/scope_gsm8k"
 
 step calib sglang_asd.calibrate --launch="$SERVER" --budgets 0.5,1,2,4,8 $COMMON --out "$OUT/calib"
 
@@ -61,8 +70,7 @@ step fly_k4 sglang_asd.calibrate --launch="$FLY_SERVER" --budgets 2,8 --arms "$F
 
 RATES="r2:asd_budget_per_token=0.0039;r8:asd_budget_per_token=0.0156"  # 2 and 8 nats over 512 tokens
 step where_k4 sglang_asd.calibrate --launch="$SERVER" --budgets 8 \
-    --arms "ans8:asd_budget=8,asd_strict_spans=####|</tool_call>;p16:asd_budget=8,asd_strict_prefix=16;\
-p64:asd_budget=8,asd_strict_prefix=64;$RATES" $COMMON --out "$OUT/where_k4"
+    --arms "p64:asd_budget=8,asd_strict_prefix=64;$RATES" $COMMON --out "$OUT/where_k4"
 LONG_WORK="--num-prompts 8 --max-new-tokens 512 --concurrency 4"
 [ "${SMOKE:-0}" = 1 ] && LONG_WORK="--num-prompts 2 --max-new-tokens 32 --concurrency 2"
 step long_k4 scripts/lab/speed.py --launch="$SERVER" --budgets 0,2,8 --arms "$RATES" --dataset gsm8k $LONG_WORK \
