@@ -48,6 +48,10 @@ CONFIGS = {
     "dspark_exact": [*DSPARK, "--speculative-draft-model-path", "fixture:tiny-dspark-exact"],
     "dflash": [*DFLASH, "--speculative-draft-model-path", "fixture:tiny-dflash-noisy"],
     "dflash_exact": [*DFLASH, "--speculative-draft-model-path", "fixture:tiny-dflash-exact"],
+    # the bigram with Qwen3's think and tool-call markers on its greedy path (sglang_asd/fixtures/tiny_think.py):
+    # asd_scope "reasoning" and the tool_call span preset on a real tokenizer and reasoning parser
+    "think": ["--model-path", "fixture:tiny-llama-think", "--speculative-algorithm", "EAGLE",
+              "--speculative-draft-model-path", "fixture:tiny-eagle-think", *SPEC_TINY, "--reasoning-parser", "qwen3"],
     # bf16 (the CPU launcher's default dtype): linear layers with float32 accumulation (cpu_backend/seams/cpu_paths.py)
     "eagle_bf16": ["--model-path", "fixture:tiny-llama", "--speculative-algorithm", "EAGLE",
                    "--speculative-draft-model-path", "fixture:tiny-eagle-noisy", *SPEC_TINY, "--dtype", "bfloat16"],
@@ -123,6 +127,7 @@ GROUP_SERVERS = {
     "overlap": (Want("eagle", overlap=True), Want("eagle", True, overlap=True)),
     "bf16": (Want("eagle_bf16", True), Want("eagle_bf16")),
     "tp": (Want("eagle_tp2", True), Want("eagle_tp2"), Want("eagle", True)),
+    "think": (Want("think", overlap=True),),
 }
 
 # Run order of the tests parametrized over ``algorithm``; tests marked ``server_group(NAME)`` with NAME
