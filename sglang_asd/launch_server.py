@@ -262,6 +262,43 @@ def check_start(argv: list[str], asd_requested: bool = False) -> None:
             raise LaunchError(f"--port {port} on {host} is not free ({e.strerror}); pick another with --port")
 
 
+def check_scope(scope, argv: list[str]) -> None:
+    """Refuse in one line a server scope (``--asd-scope``, ``--asd-strict-spans``) that does not resolve
+    against the served model: ``reasoning`` without ``--reasoning-parser``, or a marker (a span's, or
+    the reasoning parser's think tokens) that is not a single token of the served tokenizer. The
+    scheduler checks the same at start-up (``scheduler.init_model_worker_around``) and stops the
+    server; here it is one line before SGLang starts. Left to that check: a parser SGLang resolves at
+    start-up (``auto``; an unknown name is SGLang's own one-line argument error) and a tokenizer that
+    transformers cannot load here (a hub id off line, a custom loader)."""
+    if scope.unscoped:
+        return
+    parser = _flag_value(argv, "--reasoning-parser")
+    if scope.scope == "reasoning" and not parser:
+        raise LaunchError("--asd-scope reasoning needs --reasoning-parser (the reasoning span's think tokens "
+                          "come from SGLang's reasoning parser for the served model)")
+    if parser is not None:
+        from sglang.srt.parser.reasoning_parser import ReasoningParser
+
+        if parser.lower() not in ReasoningParser.DetectorMap:
+            return
+    tokenizer = None
+    if not _has_flag(argv, "--skip-tokenizer-init"):
+        path = _flag_value(argv, "--tokenizer-path") or _flag_value(argv, "--model-path") or _flag_value(argv, "--model")
+        try:
+            from transformers import AutoTokenizer
+
+            tokenizer = AutoTokenizer.from_pretrained(path, trust_remote_code=_has_flag(argv, "--trust-remote-code"))
+        except Exception as e:  # noqa: BLE001 - the scheduler's check still refuses
+            logger.info("scope markers not checked before start (tokenizer %r: %s); the scheduler checks them", path, e)
+            return
+    from sglang_asd.sglang_seams.state.scope_vocab import ScopeVocab
+
+    try:
+        ScopeVocab(tokenizer, parser).markers(scope)
+    except ValueError as e:
+        raise LaunchError(f"--asd-scope / --asd-strict-spans: {e}") from None
+
+
 def asks_for_asd(argv: list[str]) -> bool:
     """True if the command line (after ``--config`` expansion) sets any ``--asd-*`` flag."""
     return any(a.startswith(("--asd-", "--asd_")) for a in _merge_config(list(argv)))
@@ -296,9 +333,7 @@ def main(argv: list[str] | None = None) -> None:
     try:
         settings, sglang_argv = build_argv(argv)
         check_start(sglang_argv, asd_requested=asks_for_asd(argv))
-        if settings.scope.scope == "reasoning" and not _flag_value(sglang_argv, "--reasoning-parser"):
-            raise LaunchError("--asd-scope reasoning needs --reasoning-parser (the reasoning span's think tokens "
-                              "come from SGLang's reasoning parser for the served model)")
+        check_scope(settings.scope, sglang_argv)
         from sglang_asd import cpu_backend
 
         if cpu_backend.is_installed():

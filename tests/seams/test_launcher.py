@@ -285,3 +285,32 @@ def test_more_cpu_ranks_than_cores_is_refused_in_one_line(monkeypatch):
         ls.cpu_threads_bind(["--tp-size", "4"])
     assert "--tp-size 4" in e.value.message and "4 ranks" in e.value.message and "2 CPU core(s)" in e.value.message
     assert "\n" not in e.value.message
+
+
+@pytest.mark.parametrize("flags,refused", [
+    (["--asd-scope", "reasoning"], "--asd-scope reasoning needs --reasoning-parser"),
+    (["--asd-scope", "reasoning", "--reasoning-parser", "qwen3"],
+     "('<think>', '</think>' of --reasoning-parser qwen3) to be single tokens of the served tokenizer"),
+    (["--asd-strict-spans", "tool_call"], "marker '<tool_call>' is not a single token of the served tokenizer"),
+    (["--asd-scope", "reasoning", "--reasoning-parser", "qwen3", "--asd-strict-spans", "tool_call"], None),
+])
+def test_a_server_scope_the_served_tokenizer_cannot_mark_is_refused(flags, refused):
+    """tiny-llama's tokenizer has no think or tool-call tokens; tiny-llama-think's has them."""
+    from sglang_asd.fixtures import fixture_path
+
+    model = "tiny-llama" if refused else "tiny-llama-think"
+    settings, rest = ls.server_settings.split_argv(["--model-path", str(fixture_path(model)), *flags])
+    if refused is None:
+        ls.check_scope(settings.scope, rest)
+        return
+    with pytest.raises(ls.LaunchError) as e:
+        ls.check_scope(settings.scope, rest)
+    assert refused in e.value.message and "\n" not in e.value.message
+
+
+def test_a_server_scope_the_served_tokenizer_cannot_mark_is_a_one_line_error():
+    """Refused before SGLang starts: before, the scheduler's check stopped the server with a traceback."""
+    r = _run(["--model-path", "fixture:tiny-llama", "--reasoning-parser", "qwen3", "--asd-scope", "reasoning"])
+    assert r.returncode == 2 and "Traceback" not in r.stderr
+    lines = [line for line in r.stderr.splitlines() if "error:" in line]
+    assert len(lines) == 1 and "--asd-scope / --asd-strict-spans: asd_scope='reasoning' needs" in lines[0], r.stderr
