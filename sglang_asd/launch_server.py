@@ -283,7 +283,8 @@ def check_scope(scope, argv: list[str]) -> None:
             return
     tokenizer = None
     if not _has_flag(argv, "--skip-tokenizer-init"):
-        path = _flag_value(argv, "--tokenizer-path") or _flag_value(argv, "--model-path") or _flag_value(argv, "--model")
+        path = _flag_value(argv, "--tokenizer-path") or _flag_value(argv, "--model-path")
+        path = path or _flag_value(argv, "--model")
         try:
             from transformers import AutoTokenizer
 
