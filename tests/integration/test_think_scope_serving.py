@@ -95,7 +95,8 @@ def server(servers):
     return servers.get("think", overlap=True)
 
 
-# (scope fields, the marker drafted mid-block, whether the position right behind it may relax)
+# (scope fields, the marker drafted mid-block, whether the prompt holds <think>, whether the position right
+# behind the marker may relax)
 SWITCHES = {
     "</think> closes the reasoning span": ({"asd_scope": "reasoning"}, THINK_END, True, False),
     "<tool_call> opens a strict span": ({"asd_strict_spans": ["tool_call"]}, TOOL_CALL, True, False),
@@ -111,10 +112,10 @@ def test_a_marker_mid_block_switches_the_scope_in_the_same_round(server, case):
     rule takes as an exception. That position's scope is the one the marker just set."""
     fields, name, think, relaxed = SWITCHES[case]
     ids = prompt(offset_of(name) - 1, think=think)
-    unscoped = generate(server, ids, asd_budget=BUDGET)
+    unscoped = generate(server, ids, asd_budget=BUDGET, max_new_tokens=8)
     assert unscoped["output_ids"][1] == marker(name)
     assert [e["pos"] for e in unscoped["meta_info"]["asd"]["events"]][:1] == [2], unscoped["meta_info"]["asd"]
-    scoped = generate(server, ids, asd_budget=BUDGET, **fields)
+    scoped = generate(server, ids, asd_budget=BUDGET, max_new_tokens=8, **fields)
     assert scoped["output_ids"][1] == marker(name)
     assert not disallowed(scoped, ids, scope_of(fields))
     first = scoped["meta_info"]["asd"]["events"][:1]
@@ -176,9 +177,9 @@ def test_tool_call_preset_keeps_the_tool_call_strict_under_churn(churn):
     for ids, params, out in spans:
         assert out["meta_info"]["asd"]["scope"]["strict_spans"] == [[TOOL_CALL, TOOL_CALL_END]]
         assert not disallowed(out, ids, scope_of(params)), params
+    tool_call = markers_of(Scope(strict_spans=((TOOL_CALL, TOOL_CALL_END),)))
     inside = sum(1 for ids, _, out in spans for pos in range(len(out["output_ids"]))
-                 if markers_of(Scope(strict_spans=(("<tool_call>", "</tool_call>"),))).state_after(
-                     ids + out["output_ids"][:pos]) & 2)
+                 if tool_call.state_after(ids + out["output_ids"][:pos]) & tool_call.forbid)
     assert inside >= 20, "few positions inside a tool call"
     assert sum(len(out["meta_info"]["asd"]["events"]) for _, _, out in spans) > 0
     assert sum(out["meta_info"]["asd"]["scope"]["skipped"] for _, _, out in spans) > 0
@@ -193,7 +194,7 @@ def test_unscoped_requests_beside_scoped_ones_and_the_skipped_metric(churn):
 
 
 def test_scope_all_is_the_unscoped_output_token_for_token(server):
-    for offset, budget in [(-3, BUDGET), (2, BUDGET), (5, 2.0), (10, BUDGET), (18, 0.5)]:
+    for offset, budget in [(-3, BUDGET), (2, BUDGET), (10, 2.0), (18, BUDGET)]:
         ids = prompt(offset)
         plain = generate(server, ids, asd_budget=budget)
         same = generate(server, ids, asd_budget=budget, asd_strict_prefix=0, asd_scope="all", asd_strict_spans=[])
