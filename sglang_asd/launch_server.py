@@ -300,6 +300,20 @@ def check_scope(scope, argv: list[str]) -> None:
         raise LaunchError(f"--asd-scope / --asd-strict-spans: {e}") from None
 
 
+def check_scope_mixing(scope, server_args) -> None:
+    """Refuse in one line a server scope with markers (``--asd-scope reasoning``, ``--asd-strict-spans``) on
+    a server that mixes prefill and decode steps (``--enable-mixed-chunk`` as SGLang resolved it, with
+    chunked prefill on): those steps decode outside the verify step, where a marker goes unseen
+    (``state/scope_vocab.py``). Read from the resolved arguments, since SGLang keeps mixing only for
+    some algorithms and sizes chunked prefill itself."""
+    from sglang_asd.sglang_seams.state.scope_vocab import mixes_decode
+
+    if mixes_decode(server_args) and (scope.scope == "reasoning" or scope.strict_spans):
+        raise LaunchError("--asd-scope reasoning / --asd-strict-spans need a server without mixed chunked "
+                          "prefill: --enable-mixed-chunk decodes tokens outside the verify step, where a marker "
+                          "would go unseen (drop --enable-mixed-chunk, or keep only --asd-strict-prefix)")
+
+
 def asks_for_asd(argv: list[str]) -> bool:
     """True if the command line (after ``--config`` expansion) sets any ``--asd-*`` flag."""
     return any(a.startswith(("--asd-", "--asd_")) for a in _merge_config(list(argv)))
@@ -360,6 +374,11 @@ def main(argv: list[str] | None = None) -> None:
         raise SystemExit(2)
     load_plugins()
     server_args = prepare_server_args(sglang_argv)
+    try:
+        check_scope_mixing(settings.scope, server_args)
+    except LaunchError as e:
+        print(f"sglang_asd.launch_server: error: {e.message}", file=sys.stderr)
+        raise
     logger.info("ASD settings: %s", settings.to_dict())
     try:
         from sglang.srt.entrypoints.http_server import launch_server

@@ -59,6 +59,9 @@ def paged(page_size: int) -> tuple:
     return ("--page-size", str(page_size))
 
 
+MIXED = ("--enable-mixed-chunk", "--chunked-prefill-size", "16")
+
+
 @dataclasses.dataclass(frozen=True)
 class Row:
     """One server configuration of the sweep."""
@@ -66,6 +69,7 @@ class Row:
     name: str
     args: tuple
     block_drafter: bool = False  # DSPARK / DFLASH: sampled requests are served without the sampled rule
+    mixed: bool = False  # mixed chunked prefill: marker scopes are refused there (a 400), a strict prefix served
 
     @property
     def id(self) -> str:
@@ -75,8 +79,9 @@ class Row:
 ROWS = [
     # EAGLE: the smallest verify (two draft tokens) on pages of 4 tokens; a tree whose topk is above the draft
     # width (the root keeps W - 1 of its topk children: the sampled verifier's sibling bound is min(topk, W - 1)),
-    # the shipped tiny EAGLE config with its topk raised to 4; the largest tree.
-    Row("eagle-chain-draft2-paged", EAGLE + tree(1, 1, 2) + paged(4)),
+    # the shipped tiny EAGLE config with its topk raised to 4; the largest tree. The smallest verify also mixes
+    # prefill chunks with decode steps (SGLang keeps --enable-mixed-chunk for EAGLE).
+    Row("eagle-chain-draft2-paged-mixed", EAGLE + tree(1, 1, 2) + paged(4) + MIXED, mixed=True),
     Row("eagle-tree-topk4-draft4", ("--config", str(CONFIG_DIR / "cpu_tiny_eagle.yaml"), *tree(3, 4, 4))),
     Row("eagle-tree-largest", EAGLE + tree(6, 8, 64)),
     # EAGLE3 and STANDALONE trees (their chains serve in the pool: tests/conftest.py), topk above the width.
@@ -174,6 +179,17 @@ def check_sampled(out: dict, ask: Ask, row: Row) -> None:
         assert 0 < e["q"] < e["a"] <= 1 and (ids[e["pos"]] == e["token"]) == e["accepted"], e
 
 
+def check_mixed_scopes(server: Server) -> None:
+    """On a server that mixes prefill and decode steps, a scope with markers is a 400 naming the field
+    (those steps decode where a marker goes unseen: ``state/scope_vocab.py``); a strict prefix is served."""
+    body = {"text": PROMPTS[0], "sampling_params": {"temperature": 0, "max_new_tokens": 8}, "asd_budget": 8}
+    for field, value in (("asd_strict_spans", ["tool_call"]), ("asd_scope", "reasoning")):
+        r = requests.post(server.url + "/generate", json={**body, field: value}, timeout=60)
+        assert r.status_code == 400 and f"{field}=" in r.text and "without mixed chunked prefill" in r.text, r.text
+    r = requests.post(server.url + "/generate", json={**body, "asd_strict_prefix": 4}, timeout=120)
+    assert r.status_code == 200 and r.json()["meta_info"]["asd"]["scope"]["strict_prefix"] == 4, r.text
+
+
 class Sweep:
     """The sweep's servers: the next row's starts while the current row is tested."""
 
@@ -224,6 +240,8 @@ def test_every_request_is_served_with_a_receipt_that_holds(sweep, row):
                 check_sampled(out, ask, row)
             else:
                 check_greedy(out, ask)
+        if row.mixed:
+            check_mixed_scopes(server)
         assert requests.get(server.url + "/health_generate", timeout=60).status_code == 200, server.tail()
     finally:
         code = sweep.stop(row)

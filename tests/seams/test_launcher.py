@@ -308,6 +308,29 @@ def test_a_server_scope_the_served_tokenizer_cannot_mark_is_refused(flags, refus
     assert refused in e.value.message and "\n" not in e.value.message
 
 
+@pytest.mark.parametrize("flags,refused", [
+    (["--asd-strict-spans", "tool_call"], True), (["--asd-scope", "reasoning"], True), (["--asd-strict-prefix", "8"], False)])
+def test_a_marker_scope_on_a_server_that_mixes_prefill_and_decode_is_refused(flags, refused):
+    """Read from SGLang's resolved arguments: EAGLE keeps --enable-mixed-chunk, and a chunk size turns
+    mixing on (``state/scope_vocab.py`` says why marker scopes cannot be served there)."""
+    from sglang.srt.server_args import prepare_server_args
+
+    argv = ["--model-path", "fixture:tiny-llama-think", "--speculative-algorithm", "EAGLE", "--speculative-draft-model-path",
+            "fixture:tiny-eagle-think", "--reasoning-parser", "qwen3", "--enable-mixed-chunk", "--chunked-prefill-size",
+            "32", *flags]
+    settings, rest = ls.build_argv(argv)
+    ls.check_scope(settings.scope, rest)  # the markers resolve: mixing alone is what is refused
+    server_args = prepare_server_args(rest)
+    if not refused:
+        ls.check_scope_mixing(settings.scope, server_args)
+        return
+    with pytest.raises(ls.LaunchError) as e:
+        ls.check_scope_mixing(settings.scope, server_args)
+    assert "need a server without mixed chunked prefill" in e.value.message and "\n" not in e.value.message
+    server_args.chunked_prefill_size = None  # no chunked prefill: nothing mixes
+    ls.check_scope_mixing(settings.scope, server_args)
+
+
 def test_a_server_scope_the_served_tokenizer_cannot_mark_is_a_one_line_error():
     """Refused before SGLang starts: before, the scheduler's check stopped the server with a traceback."""
     r = _run(["--model-path", "fixture:tiny-llama", "--reasoning-parser", "qwen3", "--asd-scope", "reasoning"])

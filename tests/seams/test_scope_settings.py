@@ -4,13 +4,15 @@ tokenizer; ``asd_scope='reasoning'`` takes its markers from SGLang's reasoning p
 
 from __future__ import annotations
 
+import types
+
 import pytest
 
 from sglang_asd.policy.scope import ReasoningMarkers, Scope
 from sglang_asd.server_settings import ASDServerSettings, split_argv
 from sglang_asd.sglang_seams.frontend.http_api import rewrite_body
 from sglang_asd.sglang_seams.state.request_ledger import RequestASD
-from sglang_asd.sglang_seams.state.scope_vocab import ScopeVocab
+from sglang_asd.sglang_seams.state.scope_vocab import ScopeVocab, mixes_decode
 
 
 def test_server_flags_build_the_scope():
@@ -57,6 +59,29 @@ class _Tokenizer:
 
     def encode(self, text, add_special_tokens=False):
         return [self.VOCAB[text]] if text in self.VOCAB else [ord(c) for c in text]
+
+
+def test_a_server_that_mixes_decode_into_prefill_refuses_scopes_with_markers():
+    """Mixed chunked prefill decodes running requests outside the verify step, where the device scope
+    state does not see the token: a marker scope is refused naming the field and the value; a strict
+    prefix (only undercounted there, so strict longer) is served."""
+    mixed = ScopeVocab(_Tokenizer(), "qwen3", mixed_decode=True)
+    with pytest.raises(ValueError, match=r"^asd_scope='reasoning' needs a server without mixed chunked prefill"):
+        mixed.markers(Scope(scope="reasoning"))
+    with pytest.raises(ValueError, match=r"^asd_strict_spans=\[\['<tool_call>', '</tool_call>'\]\] needs a server "
+                                         r"without mixed chunked prefill"):
+        mixed.markers(Scope(strict_spans=(("<tool_call>", "</tool_call>"),)))
+    assert mixed.markers(Scope(strict_prefix=4)).strict_prefix == 4
+    assert ScopeVocab(_Tokenizer(), "qwen3").markers(Scope(scope="reasoning")).require  # not mixing: served
+
+
+@pytest.mark.parametrize("mixed_chunk,chunk,mixes", [
+    (True, 64, True), (True, None, False), (True, -1, False), (True, 0, False), (False, 64, False)])
+def test_mixing_is_read_from_the_resolved_server_arguments(mixed_chunk, chunk, mixes):
+    """The scheduler mixes only with chunked prefill on (``Scheduler.init_chunked_prefill``); SGLang
+    itself clears ``enable_mixed_chunk`` for the algorithms that cannot mix."""
+    args = types.SimpleNamespace(enable_mixed_chunk=mixed_chunk, chunked_prefill_size=chunk)
+    assert mixes_decode(args) is mixes
 
 
 def test_reasoning_markers_come_from_sglangs_reasoning_parser():

@@ -6,6 +6,16 @@ served model: its tokenizer (markers must be single tokens) and SGLang's reasoni
 (``--reasoning-parser``: the think start and end tokens, and whether the parser takes a response
 to start inside the reasoning span, as ``force_reasoning`` parsers do). Resolutions are cached
 per scope (a handful of distinct scopes per server).
+
+Mixed chunked prefill (``--enable-mixed-chunk`` with chunked prefill on, for the algorithms SGLang keeps
+it for: EAGLE, EAGLE3, DSPARK, DFLASH) runs a step that prefills new requests and decodes each running
+request by one plain target token, outside the verify step. The device scope state advances only in
+verify steps (``ledger_table``: ``produced`` and the span state are written back by the verify round),
+so such a token is never seen: for a strict prefix and for the accrual of ``asd_budget_per_token`` that
+only undercounts the output (the prefix stays strict longer, the allowance grows slower: both
+conservative), but a think end or a span's open marker committed there would go unseen and relax
+where the scope forbids. So on such a server a scope with markers (``asd_scope: "reasoning"``,
+``asd_strict_spans``) is refused: a 400 at admission, one line at start-up for the server's own.
 """
 
 from __future__ import annotations
@@ -19,13 +29,24 @@ from sglang_asd.policy.scope import Markers, ReasoningMarkers, Scope, resolve, s
 logger = logging.getLogger(__name__)
 
 
-class ScopeVocab:
-    """The served model's markers: ``tokenizer`` (None: skip-tokenizer-init, every span refused)
-    and the name of SGLang's reasoning parser (None: no ``--reasoning-parser``)."""
+def mixes_decode(server_args) -> bool:
+    """Whether SGLang runs mixed prefill/decode steps on this server (what the scheduler's
+    ``is_mixed_chunk`` becomes): ``enable_mixed_chunk`` as resolved (SGLang turns it off for the
+    algorithms that cannot mix) with chunked prefill on."""
+    size = getattr(server_args, "chunked_prefill_size", None)
+    return bool(getattr(server_args, "enable_mixed_chunk", False)) and size is not None and size > 0
 
-    def __init__(self, tokenizer, reasoning_parser: Optional[str]):
+
+class ScopeVocab:
+    """The served model's markers: ``tokenizer`` (None: skip-tokenizer-init, every span refused),
+    the name of SGLang's reasoning parser (None: no ``--reasoning-parser``), and whether the server
+    decodes tokens outside the verify step (``mixed_decode``: mixed chunked prefill, which refuses
+    scopes with markers; see the module's docstring)."""
+
+    def __init__(self, tokenizer, reasoning_parser: Optional[str], mixed_decode: bool = False):
         self.tokenizer = tokenizer
         self.reasoning_parser = reasoning_parser
+        self.mixed_decode = mixed_decode
         self._token_id = single_token_id(tokenizer) if tokenizer is not None else (lambda text: None)
 
     @functools.cached_property
@@ -52,6 +73,12 @@ class ScopeVocab:
     @functools.lru_cache(maxsize=64)
     def markers(self, scope: Scope) -> Markers:
         """``scope`` resolved; raises ValueError naming the field and the value."""
+        if self.mixed_decode and (scope.scope == "reasoning" or scope.strict_spans):
+            field, value = (("asd_scope", "'reasoning'") if scope.scope == "reasoning"
+                            else ("asd_strict_spans", repr([list(span) for span in scope.strict_spans])))
+            raise ValueError(f"{field}={value} needs a server without mixed chunked prefill: this one runs "
+                             f"--enable-mixed-chunk, whose mixed steps decode tokens outside the verify step, "
+                             f"where a marker would go unseen (asd_strict_prefix is served)")
         reasoning = self.reasoning if scope.scope == "reasoning" else None
         return resolve(scope, self._token_id, reasoning)
 
@@ -68,7 +95,8 @@ def launcher_vocab() -> Optional[ScopeVocab]:
         return None
     vocab = getattr(manager, "_asd_scope_vocab", None)
     if vocab is None:
-        vocab = ScopeVocab(getattr(manager, "tokenizer", None), getattr(manager.server_args, "reasoning_parser", None))
+        vocab = ScopeVocab(getattr(manager, "tokenizer", None), getattr(manager.server_args, "reasoning_parser", None),
+                           mixes_decode(manager.server_args))
         manager._asd_scope_vocab = vocab
     return vocab
 
@@ -78,6 +106,7 @@ def scheduler_vocab(scheduler) -> ScopeVocab:
     vocab = getattr(scheduler, "_asd_scope_vocab", None)
     if vocab is None:
         vocab = ScopeVocab(getattr(scheduler, "tokenizer", None),
-                           getattr(scheduler.server_args, "reasoning_parser", None))
+                           getattr(scheduler.server_args, "reasoning_parser", None),
+                           bool(getattr(scheduler, "is_mixed_chunk", mixes_decode(scheduler.server_args))))
         scheduler._asd_scope_vocab = vocab
     return vocab
