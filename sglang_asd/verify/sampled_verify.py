@@ -42,6 +42,7 @@ class SampledVerifyOutput:
     relaxed_accept_prob: torch.Tensor  # [bs, K] float32: its a, 0 where not relaxed
     relaxed_charge: torch.Tensor  # [bs, K] float32: KL(p' || p) booked there, 0 where not relaxed
     relaxed_accepted: torch.Tensor  # [bs, K] bool: the relaxed child was committed
+    scope_skipped: Optional[torch.Tensor] = None  # [bs] int32: levels where the scope kept a relaxation strict; None: no scope
 
 
 def node_charges(
@@ -145,7 +146,10 @@ def asd_sampled_verify(
     value below 1, is no bound (W - 1). Host ints only: the loop count is fixed per shape.
 
     ``scope``: only a child the row's scope allows may be relaxed (``verify.scope.allowed_nodes``,
-    the target's choice at a parent being its mode); the walk itself is SGLang's."""
+    the target's choice at a parent being its mode); the walk itself is SGLang's. With a scope, the
+    receipts' ``scope_skipped`` counts, per row, the levels of the walk where no relaxation was made
+    but the unscoped rule would have relaxed its best child there (the floor, stop tokens, the cap
+    and the budget all passed; only the scope said no)."""
     bs, W = candidates.shape
     S = accept_index.shape[1]
     K = S - 1
@@ -168,9 +172,15 @@ def asd_sampled_verify(
         allowed = allowed_nodes(scope, candidates, up, node_depth, mode.gather(1, up), K)
     best, q64, a64, charge64 = _relax_choice(candidates, target_probs, parent, rank, floor, power, stop_tokens,
                                              allowed)
-    best_pad = torch.cat([best, torch.full((bs, 1), W, dtype=best.dtype, device=device)], 1)
+    no_child = torch.full((bs, 1), W, dtype=best.dtype, device=device)
+    best_pad = torch.cat([best, no_child], 1)
     pad64 = torch.zeros(bs, 1, dtype=torch.float64, device=device)
     q64, a64, charge64 = (torch.cat([t, pad64], 1) for t in (q64, a64, charge64))  # column W: no child
+    free_pad = skipped = None
+    if allowed is not None:  # the unscoped choice, only to count what the scope kept strict
+        free, _, _, free_charge = _relax_choice(candidates, target_probs, parent, rank, floor, power, stop_tokens)
+        free_pad, free_charge = torch.cat([free, no_child], 1), torch.cat([free_charge, pad64], 1)
+        skipped = torch.zeros(bs, dtype=torch.int32, device=device)
     row_on = (remaining > 0) & (floor > 0) & (cap > 0)  # [bs]
     remaining64 = remaining.double()
 
@@ -190,6 +200,11 @@ def asd_sampled_verify(
         qj, aj, cj = (t.gather(1, j[:, None]).squeeze(1) for t in (q64, a64, charge64))
         relax = (row_on & alive & (j < W) & (n_relaxed < cap.long())
                  & (block_charge + cj <= remaining64))
+        if skipped is not None:
+            jf = free_pad.gather(1, node[:, None]).squeeze(1)
+            cf = free_charge.gather(1, jf[:, None]).squeeze(1)
+            skipped += (row_on & alive & (jf < W) & (n_relaxed < cap.long()) & (block_charge + cf <= remaining64)
+                        & ~relax).int()
         block_charge = torch.where(relax, block_charge + cj, block_charge)
         n_relaxed = n_relaxed + relax.long()
         take_relaxed = relax & ((coin < aj) | (aj >= 1))
@@ -245,7 +260,7 @@ def asd_sampled_verify(
     bonus = _bonus(target_probs[rows, node], rejected & (n_acc != K)[:, None], candidates,
                    uniform_samples_for_final_sampling)
     predicts.scatter_(0, last, bonus.to(predicts.dtype))
-    return _receipts(cols, block_charge, n_relaxed, bs, device)
+    return dataclasses.replace(_receipts(cols, block_charge, n_relaxed, bs, device), scope_skipped=skipped)
 
 
 def _bonus(

@@ -191,6 +191,9 @@ def test_unscoped_requests_beside_scoped_ones_and_the_skipped_metric(churn):
         if not params.get("asd_scope") and not params.get("asd_strict_spans"):
             assert out["meta_info"]["asd"]["scope"]["skipped"] == 0
     assert rise == sum(out["meta_info"]["asd"]["scope"]["skipped"] for _, _, out in results) > 0
+    sampled = [out for _, params, out in results if params.get("temperature") and not scope_of(params).unscoped]
+    assert sampled and all(out["meta_info"]["asd"]["rule"] == "asd-sampled-1" for out in sampled)
+    assert sum(out["meta_info"]["asd"]["scope"]["skipped"] for out in sampled) > 0, "sampled rows count theirs too"
 
 
 def test_scope_all_is_the_unscoped_output_token_for_token(server):

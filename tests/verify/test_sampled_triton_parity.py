@@ -43,7 +43,8 @@ def run(verify, rnd, threshold_single=1.0, threshold_acc=1.0, max_children=None,
                                               rnd.coins, rnd.final_coins, rnd.probs)),
                  *(dev(rows[k]) for k in ("remaining", "floor", "cap", "power", "stop_tokens")),
                  threshold_single, threshold_acc, max_children)
-    out = type(out)(**{f.name: getattr(out, f.name).cpu() for f in dataclasses.fields(out)})
+    out = type(out)(**{f.name: None if getattr(out, f.name) is None else getattr(out, f.name).cpu()
+                       for f in dataclasses.fields(out)})
     return (*(t.cpu() for t in buffers), out)
 
 
@@ -58,6 +59,9 @@ def check(rnd, *, block_v=16, **kw):
         assert a.dtype == b.dtype and torch.equal(a, b), f"{name}:\nref {a.tolist()}\nout {b.tolist()}"
     for f in dataclasses.fields(ref[3]):
         a, b = getattr(ref[3], f.name), getattr(got[3], f.name)
+        if a is None or b is None:  # scope_skipped: None without a scope (the kernel takes none)
+            assert a is b, f.name
+            continue
         assert a.dtype == b.dtype and a.shape == b.shape, (f.name, a.dtype, b.dtype, a.shape, b.shape)
         assert torch.equal(a, b), f"{f.name}:\nref {a.tolist()}\nout {b.tolist()}"
     return ref
@@ -129,5 +133,6 @@ def test_charges_in_the_kernel(monkeypatch, shape, K):
     for a, b in zip(ref[:3], got[:3]):
         assert torch.equal(a, b)
     for f in dataclasses.fields(ref[3]):
-        assert torch.equal(getattr(ref[3], f.name), getattr(got[3], f.name)), f.name
+        a, b = getattr(ref[3], f.name), getattr(got[3], f.name)
+        assert (a is b) if a is None or b is None else torch.equal(a, b), f.name
     assert ref[3].relaxed.any()

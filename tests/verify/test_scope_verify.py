@@ -194,7 +194,9 @@ def test_sampled_relaxes_only_where_the_scope_allows(tree, seed):
     (p0, a0, n0), plain = run(None)
     (p1, a1, n1), same = run(unscoped(bs))
     assert torch.equal(p0, p1) and torch.equal(a0, a1) and torch.equal(n0, n1)
-    assert all(torch.equal(getattr(plain, f.name), getattr(same, f.name)) for f in dataclasses.fields(plain))
+    assert plain.scope_skipped is None and same.scope_skipped.tolist() == [0] * bs  # nothing kept strict
+    assert all(torch.equal(getattr(plain, f.name), getattr(same, f.name)) for f in dataclasses.fields(plain)
+               if f.name != "scope_skipped")
     rng = random.Random(seed)
     markers = [random_markers(rng, 16) for _ in range(bs)]
     scope = scope_rows(markers, [rng.randrange(1, 4) for _ in range(bs)], [0] * bs)
@@ -209,3 +211,20 @@ def test_sampled_relaxes_only_where_the_scope_allows(tree, seed):
                 parent_node = int(accept_index[b, i]) - b * W  # the walk's node at level i
                 child = [n for n in range(W) if int(parent[b, n]) == parent_node and int(rnd.candidates[b, n]) == token]
                 assert child and bool(allowed[b, child[0]]), (b, i)
+
+
+@pytest.mark.parametrize("tree", [False, True])
+@pytest.mark.parametrize("seed", range(4))
+def test_sampled_rows_count_the_relaxations_their_scope_kept_strict(tree, seed):
+    """A strict prefix over the whole block relaxes nothing; at the first level both walks stand at the
+    root with nothing spent, so every row the unscoped walk relaxed there counts at least one level
+    kept strict, and a row counts at most one per level."""
+    rnd = sampled_round(bs=6, W=6, K=3, V=16, tree=tree, seed=seed, keep=6)
+    bs = rnd.candidates.shape[0]
+    free = asd_sampled_verify(*rnd.buffers(), *rnd.inputs())
+    strict = scope_rows([Markers(rnd.K + 2, 0, 0, ())] * bs, [1] * bs, [0] * bs)
+    kept = asd_sampled_verify(*rnd.buffers(), *rnd.inputs(), scope=strict)
+    assert not kept.relaxed.any() and kept.spent.eq(0).all()
+    assert kept.scope_skipped.ge(free.relaxed[:, 0].int()).all() and kept.scope_skipped.le(rnd.K).all()
+    assert free.relaxed[:, 0].any(), "the unscoped walk must relax at the root for the test to bite"
+    assert kept.scope_skipped.sum() >= free.relaxed[:, 0].sum()

@@ -9,7 +9,9 @@ asd-sampled for sampled requests: the request's rule), so rules compare by the s
 asd-sampled). Sampled requests' relaxed nodes and their KL charges have their own counters.
 ``sglang:asd_scope_skipped_total`` counts the greedy verifier's nodes kept strict by a request's
 scope (``verify.torch_verify``: mismatched nodes whose parent is on the accepted path, which the
-rule's node gates passed and the scope did not allow; at most one per row and round on a chain).
+rule's node gates passed and the scope did not allow; at most one per row and round on a chain),
+and the sampled verifier's levels where the scope kept the relaxation the unscoped rule would have
+made (``verify.sampled_verify``; rule ``asd-sampled``).
 """
 
 from __future__ import annotations

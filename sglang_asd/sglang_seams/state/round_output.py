@@ -43,6 +43,7 @@ class ASDRoundOutput:
     relaxed_charge: Optional[torch.Tensor] = None  # [bs, K] float32: KL charged (nats)
     relaxed_accepted: Optional[torch.Tensor] = None  # [bs, K] bool: the relaxed token was committed
     scope_skipped: Optional[torch.Tensor] = None  # [bs] int32: nodes kept strict by the row's scope (``ASDVerifyOutput``)
+    sampled_scope_skipped: Optional[torch.Tensor] = None  # [bs] int32: sampled rows' relaxations the scope kept strict
 
     @classmethod
     def of_round(cls, out: "ASDVerifyOutput", active: torch.Tensor, candidates: torch.Tensor,
@@ -69,7 +70,8 @@ class ASDRoundOutput:
         return dataclasses.replace(
             self, sampled_active=sampled_active, relaxed=out.relaxed & sampled_active[:, None],
             relaxed_token=out.relaxed_token, relaxed_q=out.relaxed_q, relaxed_accept_prob=out.relaxed_accept_prob,
-            relaxed_charge=out.relaxed_charge, relaxed_accepted=out.relaxed_accepted)
+            relaxed_charge=out.relaxed_charge, relaxed_accepted=out.relaxed_accepted,
+            sampled_scope_skipped=out.scope_skipped)
 
     def copy_to_host(self, copy_tensor: Callable[[torch.Tensor], torch.Tensor]) -> "ASDRoundOutput":
         return ASDRoundOutput(**{f.name: None if getattr(self, f.name) is None else copy_tensor(getattr(self, f.name))
@@ -132,7 +134,9 @@ class ASDRoundOutput:
         from sglang_asd.sglang_seams.state.runtime import get_runtime
 
         relaxed = self.relaxed.numpy()
-        rows = np.flatnonzero(self.sampled_active.numpy() & relaxed.any(axis=1))
+        skipped = None if self.sampled_scope_skipped is None else self.sampled_scope_skipped.numpy()
+        rows = np.flatnonzero(self.sampled_active.numpy() & (relaxed.any(axis=1) if skipped is None
+                                                             else relaxed.any(axis=1) | (skipped > 0)))
         if rows.size == 0:
             return
         token = self.relaxed_token.numpy()
@@ -140,12 +144,15 @@ class ASDRoundOutput:
         a = self.relaxed_accept_prob.numpy()
         charge = self.relaxed_charge.numpy()
         accepted = self.relaxed_accepted.numpy()
-        nodes, nats = 0, 0.0
+        nodes, nats, kept_strict = 0, 0.0, 0
         for row in rows:
             commit = commits[row]
             ledger = getattr(batch.reqs[row], "asd_ledger", None)
             if commit is None or ledger is None:
                 continue
+            if skipped is not None:
+                ledger.scope_skipped += int(skipped[row])
+                kept_strict += int(skipped[row])
             visible = min(len(commit.token_ids), relaxed.shape[1])
             for pos in np.flatnonzero(relaxed[row, :visible]):
                 ledger.record_relaxed(commit.output_index + int(pos), int(token[row, pos]), float(q[row, pos]),
@@ -153,5 +160,6 @@ class ASDRoundOutput:
                 nodes += 1
                 nats += float(charge[row, pos])
         metrics = get_runtime().metrics
-        if metrics is not None and nodes:
+        if metrics is not None:
             metrics.observe_relaxed(nodes=nodes, kl=nats)
+            metrics.observe_round(exceptions=0, regret=0.0, suffix_tokens=0, rule="asd-sampled", scope_skipped=kept_strict)
