@@ -2,11 +2,12 @@
 # One resumable chain on the Qwen2.5-Coder 1.5B + 0.5B pair (STANDALONE K = 4, SGLang's own draft flow,
 # CPU) whose arms answer three questions on the same prompts and server configuration:
 #   0. scope_gsm8k: what keeping the answer exact costs and buys (issue 50), GSM8K only, first 100 items:
-#      strict, budget 8, budget 8 with the answer line strict (`asd_strict_spans`: from the answer marker
-#      `####`, a single token of this tokenizer, to the end; the close marker `</tool_call>` never occurs
-#      in these answers), budget 8 with the first 16 output tokens strict (`asd_strict_prefix`: what a
-#      server default of 16 would cost); speed at fixed work as below. The smallest step that answers
-#      one question whole, so it runs first.
+#      strict, budget 8, budget 8 with the final answer strict (`asd_strict_spans`: from `boxed`, a single
+#      token of this tokenizer that opens the model's `\boxed{...}` answer, to the end; the close marker
+#      `</tool_call>` never occurs in these answers. Not `####`: the task's prompt asks for it, so the
+#      span would open in the prompt and the whole response would be strict), budget 8 with the first 16
+#      output tokens strict (`asd_strict_prefix`: what a server default of 16 would cost); speed at
+#      fixed work as below. The smallest step that answers one question whole, so it runs first.
 #   1. calib: which budget buys which quality (`python -m sglang_asd.calibrate`): strict and the asd
 #      ladder 0.5 .. 8 on GSM8K and HumanEval, first 100 items each, chat route, natural stop (cap
 #      384), concurrency 24, then speed at fixed work (16 prompts x 128 tokens, one repeat); its
@@ -55,7 +56,7 @@ wait_for_chains 'issue35/run.sh|issue33/run.sh|run_ablation.sh'
 wait_for_memory $MIN_GB
 
 step scope_gsm8k sglang_asd.calibrate --launch="$SERVER" --tasks gsm8k --budgets 8 \
-    --arms "ans8:asd_budget=8,asd_strict_spans=####|</tool_call>;p16:asd_budget=8,asd_strict_prefix=16" $RUN \
+    --arms "ans8:asd_budget=8,asd_strict_spans=boxed|</tool_call>;p16:asd_budget=8,asd_strict_prefix=16" $RUN \
     --out "$OUT/scope_gsm8k"
 
 step calib sglang_asd.calibrate --launch="$SERVER" --budgets 0.5,1,2,4,8 $COMMON --out "$OUT/calib"
