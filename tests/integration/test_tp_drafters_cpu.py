@@ -44,6 +44,11 @@ RULES = (("asd", {}), ("local", {}), ("margin", {"asd_margin": 1.0}), ("threshol
 
 
 def _tp2(servers, algorithm):
+    """The drafter's TP 2 server, started once the block's two (started side by side) serve: a third
+    start beside them can fail SGLang's start-up memory check, which charges this server with every
+    drop of the host's free memory while it loads."""
+    for stock in (True, False):
+        servers.get(algorithm, stock=stock)
     server = servers.get(f"{algorithm}_tp2")
     bound = dict(re.findall(r"TP(\d)\] sglang_asd: bound to cpus \[([\d, ]+)\]",
                             server.log_path.read_text(errors="replace")))
