@@ -6,6 +6,7 @@ the least recently used one is stopped to start another. ASD servers always expo
 
 from __future__ import annotations
 
+import os
 import tempfile
 from typing import NamedTuple
 
@@ -84,6 +85,18 @@ CONFIG_ENV = {"eagle_bf16": {"SGLANG_ASD_CPU_START_METHOD": "spawn", "SGLANG_ASD
               "eagle_tp2": {"SGLANG_ASD_TEST_TP_TRACE": TP_TRACE_DIR, "SGLANG_ASD_TEST_PERTURB_RANK": "1"}}
 # Test-only server modules of a configuration: (stock, ASD).
 CONFIG_MODULES = {"eagle_tp2": ("sglang_asd.stock_server", "tests.tp_asd_server")}
+
+# Every other drafter at TP 2 (tests/integration/test_tp_drafters_cpu.py): ``NAME_tp2`` is ``NAME`` with
+# ``--tp-size 2``, its ASD server traced and perturbed as ``eagle_tp2``'s, each in a trace folder of its own.
+TP_DRAFTERS = ("eagle_tree", "standalone", "ngram", "dspark", "dflash")
+for _name in TP_DRAFTERS:
+    _tp2 = f"{_name}_tp2"
+    CONFIGS[_tp2] = [*CONFIGS[_name], "--tp-size", "2"]
+    if _name in ASD_ARGS:
+        ASD_ARGS[_tp2] = ASD_ARGS[_name]
+    os.makedirs(os.path.join(TP_TRACE_DIR, _tp2))
+    CONFIG_ENV[_tp2] = {"SGLANG_ASD_TEST_TP_TRACE": os.path.join(TP_TRACE_DIR, _tp2), "SGLANG_ASD_TEST_PERTURB_RANK": "1"}
+    CONFIG_MODULES[_tp2] = CONFIG_MODULES["eagle_tp2"]
 CPU_SAMPLING_ENV = "SGLANG_ASD_CPU_SAMPLING"  # cpu_backend/env.py (not imported here: it would import torch)
 
 MAX_ALIVE = 3
@@ -149,7 +162,10 @@ def pytest_collection_modifyitems(config, items):
       each algorithm's stock and ASD servers start once, not once per module;
     - tests marked ``server_group(NAME)`` (one server configuration used by several modules).
     A block takes the place of its first member; every other test keeps its place, and within a block
-    the collection order holds. Module-scoped fixtures of those modules are pool lookups (cheap on a
+    the collection order holds, except that an algorithm's tests marked ``tp2_twin`` (which also use
+    its TP 2 ASD server, ``ALGORITHM_tp2``, started on first use, not beside the block's: three
+    starts at once can fail SGLang's start-up memory check) run first: that server is then the least
+    recently used one, the first stopped when the block's other tests need room. Module-scoped fixtures of those modules are pool lookups (cheap on a
     live server) or session-scoped results, so leaving and re-entering a module costs nothing.
 
     The first test of each algorithm's part (and of each group in ``GROUP_SERVERS``) carries the
@@ -177,7 +193,7 @@ def pytest_collection_modifyitems(config, items):
         if key is None:
             order.append(i)
         elif blocks[key[0]][0] == i:  # the block's first member: the whole block goes here
-            order += sorted(blocks[key[0]], key=lambda j: (keys[j][1], j))
+            order += sorted(blocks[key[0]], key=lambda j: (keys[j][1], items[j].get_closest_marker("tp2_twin") is None, j))
     items[:] = [items[i] for i in order]
 
     first: dict[tuple, pytest.Item] = {}

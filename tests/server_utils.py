@@ -99,6 +99,30 @@ def check_receipt(out: dict, budget: float, cap: int = 2) -> dict:
     return r
 
 
+def tp_traces(server, folder: str, ranks: int = 2) -> list[list[dict]]:
+    """Every rank's trace of a TP server of ``tests/tp_asd_server.py`` (tracing into ``folder``), as of a
+    ``/flush_cache`` issued now (each rank writes its own). SGLang refuses a flush (HTTP 400) while its
+    scheduler still holds a request, which it may for a moment after the client has every answer:
+    retried, and only the traces of the flush that succeeded are read."""
+    import pytest
+    import torch
+
+    paths = [os.path.join(folder, f"rank{r}.pt") for r in range(ranks)]
+    deadline = time.time() + 60
+    while True:
+        before = [os.path.getmtime(p) if os.path.exists(p) else 0.0 for p in paths]
+        r = requests.post(server.url + "/flush_cache", timeout=60)
+        if r.status_code == 200:
+            break
+        assert r.status_code == 400 and time.time() < deadline, f"/flush_cache: HTTP {r.status_code}: {r.text[:200]}"
+        time.sleep(1.0)
+    while time.time() < deadline:
+        if all(os.path.exists(p) and os.path.getmtime(p) > b for p, b in zip(paths, before)):
+            return [torch.load(p) for p in paths]
+        time.sleep(0.2)
+    pytest.fail(f"the ranks did not write their traces after /flush_cache:\n{server.tail()}")
+
+
 def metric(server, name: str) -> float:
     """The sum over labels of a Prometheus sample on the server's ``/metrics``."""
     text = requests.get(server.url + "/metrics").text

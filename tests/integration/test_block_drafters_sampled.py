@@ -112,3 +112,25 @@ def test_switch_on_budget_zero_equals_stock_and_requests_are_served(servers, dra
         assert receipt["applied"] is False and receipt["reason"] == "sampling"
         assert receipt["budget"] == extra.get("asd_budget", 0) and receipt["spent"] == 0
     _check_served(asd, stock, sampled_are_greedy=False)
+
+
+@pytest.mark.parametrize("algorithm", DRAFTERS)
+def test_greedy_asd_rows_beside_a_sampled_request_are_decided_by_asd(servers, algorithm):
+    """A greedy ASD request batched with a sampled one is decided by ASD, as alone (the same tokens and
+    receipt): the batch takes SGLang's sampling accept, and DFLASH's calls the kernel EAGLE's sampling
+    hook wraps, which must leave a block drafter's step to the accept's seam (``VerifyStep.chain``);
+    before, such rows were served strictly under an ``applied`` receipt with nothing spent."""
+    server = servers.get(algorithm)
+    exceptions = 0
+    for i in range(len(PROMPT_IDS)):
+        greedy = _request(i, 0.0, asd_budget=8, ignore_eos=True)
+        alone = _post(server, greedy)
+        outs = _post(server, {"input_ids": [greedy["input_ids"], PROMPT_IDS[(i + 1) % len(PROMPT_IDS)]],
+                              "sampling_params": [greedy["sampling_params"],
+                                                  {"temperature": 0.8, "max_new_tokens": MAX_NEW, "ignore_eos": True}]})
+        mixed = outs[0]
+        check_receipt(mixed, 8.0)
+        assert mixed["output_ids"] == alone["output_ids"], f"{algorithm}, prompt {i}"
+        assert mixed["meta_info"]["asd"]["spent"] == pytest.approx(alone["meta_info"]["asd"]["spent"], abs=1e-5)
+        exceptions += alone["meta_info"]["asd"]["exceptions"]
+    assert exceptions > 0, f"{algorithm}: the noisy draft must take exceptions alone, or the check shows nothing"

@@ -11,16 +11,14 @@ as a trace that differs.
 from __future__ import annotations
 
 import concurrent.futures
-import os
 import re
-import time
 
 import pytest
 import requests
 import torch
 
 from tests.conftest import TP_TRACE_DIR
-from tests.server_utils import check_receipt
+from tests.server_utils import check_receipt, tp_traces
 
 pytestmark = [pytest.mark.server, pytest.mark.server_group("tp")]
 
@@ -53,23 +51,7 @@ def _batch(server, prompts, params: list[dict]) -> list[dict]:
 
 
 def _trace(server) -> list[list[dict]]:
-    """Both ranks' traces, as of a ``/flush_cache`` issued now (each rank writes its own). SGLang refuses a
-    flush (HTTP 400) while its scheduler still holds a request, which it may for a moment after the
-    client has every answer: retried, and only the traces of the flush that succeeded are read."""
-    paths = [os.path.join(TP_TRACE_DIR, f"rank{r}.pt") for r in range(2)]
-    deadline = time.time() + 60
-    while True:
-        before = [os.path.getmtime(p) if os.path.exists(p) else 0.0 for p in paths]
-        r = requests.post(server.url + "/flush_cache", timeout=60)
-        if r.status_code == 200:
-            break
-        assert r.status_code == 400 and time.time() < deadline, f"/flush_cache: HTTP {r.status_code}: {r.text[:200]}"
-        time.sleep(1.0)
-    while time.time() < deadline:
-        if all(os.path.exists(p) and os.path.getmtime(p) > b for p, b in zip(paths, before)):
-            return [torch.load(p) for p in paths]
-        time.sleep(0.2)
-    pytest.fail(f"the ranks did not write their traces after /flush_cache:\n{server.tail()}")
+    return tp_traces(server, TP_TRACE_DIR)
 
 
 def test_stock_tp2_serves_and_equals_tp1(servers, stock):

@@ -24,6 +24,9 @@ call, ``verify_tree_greedy_func`` (greedy) and ``tree_speculative_sampling_targe
   Where the platform has no ``tree_speculative_sampling_target_only`` (CPU, unless
   ``SGLANG_ASD_CPU_SAMPLING=on`` serves one: ``cpu_backend/seams/sampling.py``) that hook is not
   registered and sampled requests get ``"reason": "sampling"`` (``scheduler.sampling_reason``).
+- Block drafters: DFLASH's sampling accept calls ``tree_speculative_sampling_target_only`` too (its
+  module's binding of it is rebound with the others); in a block drafter's step (``step.chain``) both
+  hooks return SGLang's result untouched and the accept's seam decides (``dflash_accept.py``).
 - Not hooked: rejection sampling (``--speculative-use-rejection-sampling``) and UNO's sparse target
   sampling decide sampled rows without this kernel (``"reason": "rejection_sampling"``).
 - Upstream: none yet. A verify-acceptance policy hook in ``eagle_sample`` would replace the
@@ -119,8 +122,8 @@ def verify_tree_greedy_around(original, *args, **kwargs):
     """SGLang's greedy branch: its strict result, then the greedy ASD rows decided and merged in."""
     predicts, accept_index, accept_token_num = original(*args, **kwargs)
     step = verify_step.current()
-    if step is None:
-        return predicts, accept_index, accept_token_num  # outside an ASD step, or a second call in one
+    if step is None or step.chain:  # outside an ASD step, a second call in one, or a block drafter's step
+        return predicts, accept_index, accept_token_num
     step.branch = Branch.GREEDY
     if step.rules_active:  # the table holds a greedy ASD row
         candidates, next_token, next_sibling, target_predict = VERIFY_TREE_GREEDY_ARGS.of(args, kwargs)
@@ -135,8 +138,10 @@ def tree_sampling_around(original, *args, **kwargs):
     (rank 0's on every rank) and merged into its in-place outputs."""
     result = original(*args, **kwargs)
     step = verify_step.current()
-    if step is None:
-        return result  # outside an ASD step, or a second call in one
+    if step is None or step.chain:
+        # outside an ASD step, a second call in one, or a block drafter's step: DFLASH's sampling accept
+        # (``compute_dflash_sampling_correct_drafts_and_bonus``) calls this kernel; its accept hook decides
+        return result
     step.branch = Branch.SAMPLING
     if step.sampled_active is None:
         return result  # no sampled row in the table

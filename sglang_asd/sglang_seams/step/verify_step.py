@@ -139,6 +139,9 @@ class VerifyStep:
     tree_depth_gate: bool = False  # NGRAM: the gate's K is each row's tree depth
     max_children: Optional[int] = None  # host: EAGLE's topk bounding a node's children; None: W - 1
     tp_sync: Optional[object] = None  # a block drafter's ``SpecTpSync`` (its accept picks ``group`` by site)
+    # A block drafter's step: its accept decides (``decide_chain``). EAGLE's verify hooks leave it alone:
+    # DFLASH's sampling accept calls the kernel the sampling branch's hook wraps.
+    chain: bool = False
     # Set as the step runs:
     branch: Optional[Branch] = None  # the SGLang path that ran (None: none yet)
     decision: Optional[ASDVerifyOutput] = None  # the greedy rows' decision (every rank's)
@@ -361,7 +364,7 @@ def run_block_step(original, args: tuple, kwargs: dict, batch, tp_sync):
     """A block drafter's decode step: SGLang's ``original(*args, **kwargs)`` with the step published
     (when the ledger table holds ASD rows), then the receipts its accept settled attached.
     ``tp_sync``: the worker's ``SpecTpSync``; the accept picks the site (``decide_chain``)."""
-    step = open(batch, None, tp_sync=tp_sync)
+    step = open(batch, None, tp_sync=tp_sync, chain=True)
     if step is None:
         return original(*args, **kwargs)
     with published(step):
