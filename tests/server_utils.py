@@ -127,3 +127,26 @@ def metric(server, name: str) -> float:
     """The sum over labels of a Prometheus sample on the server's ``/metrics``."""
     text = requests.get(server.url + "/metrics").text
     return sum(float(m.group(1)) for m in re.finditer(rf"^{re.escape(name)}(?:{{[^}}]*}})? (\S+)$", text, re.M))
+
+
+def assert_ranks_agree(rank0: list[dict], rank1: list[dict], budget: float, label: str = "",
+                       perturbed_charge: bool = False) -> None:
+    """Rank 1's trace (``tests/tp_asd_server.py``) equals rank 0's at every verify step in everything but its
+    own perturbed logits: rank 1 took rank 0's decision wherever its logits differed. Some batch must have
+    been perturbed, and some step must hold a charged ledger row (0 < remaining < ``budget``; with
+    ``perturbed_charge``, a perturbed step), so the comparison saw regret."""
+    import torch
+
+    assert len(rank0) == len(rank1) > 0
+    perturbed = [i for i, e in enumerate(rank1) if e["perturbed"]]
+    assert perturbed, "no batch held a sampled request: rank 1 was never perturbed"
+    assert any(not torch.equal(rank0[i]["logits_sum"], rank1[i]["logits_sum"]) for i in perturbed)
+    charged = False
+    for i, (a, b) in enumerate(zip(rank0, rank1)):
+        assert not a["perturbed"], "rank 0 is the reference"
+        assert a.keys() == b.keys()
+        for key in a.keys() - {"perturbed", "logits_sum"}:
+            assert torch.equal(a[key], b[key]), f"{label}step {i} (perturbed: {b['perturbed']}): rank 1's {key} is not rank 0's"
+        remaining = a.get("table_remaining", torch.zeros(1))
+        charged |= (b["perturbed"] or not perturbed_charge) and bool(((remaining > 0) & (remaining < budget)).any())
+    assert charged, "no step charged a ledger row where it counts: the rank comparison saw no regret"

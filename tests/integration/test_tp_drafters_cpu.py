@@ -26,10 +26,9 @@ import re
 
 import pytest
 import requests
-import torch
 
 from tests.conftest import TP_DRAFTERS, TP_TRACE_DIR
-from tests.server_utils import check_receipt, tp_traces
+from tests.server_utils import assert_ranks_agree, check_receipt, tp_traces
 
 pytestmark = [pytest.mark.server, pytest.mark.tp2_twin]
 
@@ -110,21 +109,7 @@ def test_tp2_churn_receipts_and_both_ranks_equal(servers, algorithm):
         _check(algorithm, out, params)
 
     rank0, rank1 = tp_traces(tp2, os.path.join(TP_TRACE_DIR, f"{algorithm}_tp2"))
-    assert len(rank0) == len(rank1) > 0
-    perturbed = [i for i, e in enumerate(rank1) if e["perturbed"]]
-    assert perturbed, "no batch held a sampled request: rank 1 was never perturbed"
-    assert any(not torch.equal(rank0[i]["logits_sum"], rank1[i]["logits_sum"]) for i in perturbed)
-    charged = False
-    for i, (a, b) in enumerate(zip(rank0, rank1)):
-        assert not a["perturbed"], "rank 0 is the reference"
-        assert a.keys() == b.keys()
-        for key in a:
-            if key not in ("perturbed", "logits_sum"):
-                assert torch.equal(a[key], b[key]), (f"{algorithm}, step {i} (perturbed: {b['perturbed']}): "
-                                                     f"rank 1's {key} is not rank 0's")
-        remaining = a.get("table_remaining", torch.zeros(1))
-        charged |= b["perturbed"] and bool(((remaining > 0) & (remaining < BUDGET)).any())
-    assert charged, "no perturbed step held a charged ledger row: the rank comparison saw no regret"
+    assert_ranks_agree(rank0, rank1, BUDGET, label=f"{algorithm}, ", perturbed_charge=True)
 
 
 @pytest.mark.stock_twin
