@@ -1,0 +1,69 @@
+"""Scoped arms against the same budget unscoped, paired by item, from a calibrate run log.
+
+``python docs/measurements/qwen_control/scope_table.py DIR [--reference b8] [--arms ans8,p16]``: DIR holds
+``calibrate_log.jsonl`` (or its published ``.gz``). Over the items every arm answered, per scoped arm
+against the reference arm: accuracy and its paired change with Tango's interval (items lost / gained),
+mean spend, exceptions and positions the scope kept strict per request (receipt ``scope.skipped``), the
+share of answers holding the span's open marker, and how often the text equals the reference's. Speed
+at fixed work is in the run's own report (``calibrate.md``: each arm against strict).
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import json
+import statistics
+from pathlib import Path
+
+from sglang_asd.bench import runlog
+from sglang_asd.bench.stats import discordant, paired_proportion_diff_ci
+
+
+def items(folder: Path) -> dict[str, dict[str, dict]]:
+    """arm -> tag -> the item record, for the items answered without error."""
+    by_arm: dict[str, dict[str, dict]] = collections.defaultdict(dict)
+    with runlog.open_text(folder / "calibrate_log.jsonl") as f:
+        for line in f:
+            rec = json.loads(line)
+            if rec.get("kind") == "item" and rec.get("ok"):
+                by_arm[rec["arm"]][rec["tag"]] = rec
+    return by_arm
+
+
+def table(by_arm: dict, reference: str, arms: list[str], marker: str) -> list[str]:
+    tags = sorted(set.intersection(*(set(by_arm[a]) for a in [reference, "strict", *arms])))
+    rows = ["| arm | n | accuracy | Δ accuracy vs " + reference + ", pp [95% CI] | lost/gained | spent/req (nats) | "
+            "exceptions/req | kept strict by the scope/req | answers with `" + marker + "` | text = " + reference + " |",
+            "| --- | ---: | ---: | --- | --- | ---: | ---: | ---: | ---: | ---: |"]
+    ref = [bool(by_arm[reference][t].get("correct")) for t in tags]
+    for arm in ["strict", reference, *arms]:
+        recs = [by_arm[arm][t] for t in tags]
+        right = [bool(r.get("correct")) for r in recs]
+        lost, gained = discordant(ref, right)
+        ci = paired_proportion_diff_ci(lost, gained, len(tags))
+        delta = "reference" if arm == reference else \
+            f"{100 * (sum(right) - sum(ref)) / len(tags):+.1f} [{100 * ci[0]:+.1f}, {100 * ci[1]:+.1f}]"
+        receipt = [r.get("receipt") or {} for r in recs]
+        mean = lambda f: statistics.mean(f(x) for x in receipt)  # noqa: E731
+        rows.append(
+            f"| {arm} | {len(tags)} | {sum(right) / len(tags):.3f} | {delta} | "
+            f"{'' if arm == reference else f'{lost}/{gained}'} | {mean(lambda x: x.get('spent', 0.0)):.2f} | "
+            f"{mean(lambda x: x.get('exceptions', 0)):.2f} | {mean(lambda x: (x.get('scope') or {}).get('skipped', 0)):.2f} | "
+            f"{sum(marker in r['text'] for r in recs) / len(tags):.2f} | "
+            f"{sum(r['text'] == by_arm[reference][t]['text'] for r, t in zip(recs, tags)) / len(tags):.2f} |")
+    return rows
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("folder", type=Path)
+    p.add_argument("--reference", default="b8", help="the unscoped arm at the same budget (default b8)")
+    p.add_argument("--arms", default="ans8,p16", help="the scoped arms (default ans8,p16)")
+    p.add_argument("--marker", default="boxed", help="the answer span's open marker, as text (default boxed)")
+    a = p.parse_args()
+    print("\n".join(table(items(a.folder), a.reference, a.arms.split(","), a.marker)))
+
+
+if __name__ == "__main__":
+    main()
