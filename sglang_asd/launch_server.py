@@ -304,8 +304,8 @@ def check_scope_mixing(scope, server_args) -> None:
     """Refuse in one line a server scope with markers (``--asd-scope reasoning``, ``--asd-strict-spans``) on
     a server that mixes prefill and decode steps (``--enable-mixed-chunk`` as SGLang resolved it, with
     chunked prefill on): those steps decode outside the verify step, where a marker goes unseen
-    (``state/scope_vocab.py``). Read from the resolved arguments, since SGLang keeps mixing only for
-    some algorithms and sizes chunked prefill itself."""
+    (``state/scope_vocab.py``; ``mixes_decode`` asks SGLang's algorithm predicate, since SGLang turns
+    mixing off only at launch for the algorithms that cannot mix: STANDALONE, NGRAM, ...)."""
     from sglang_asd.sglang_seams.state.scope_vocab import mixes_decode
 
     if mixes_decode(server_args) and (scope.scope == "reasoning" or scope.strict_spans):

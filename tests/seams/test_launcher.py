@@ -309,15 +309,17 @@ def test_a_server_scope_the_served_tokenizer_cannot_mark_is_refused(flags, refus
 
 
 @pytest.mark.parametrize("flags,refused", [
-    (["--asd-strict-spans", "tool_call"], True), (["--asd-scope", "reasoning"], True), (["--asd-strict-prefix", "8"], False)])
+    (["--asd-strict-spans", "tool_call"], True), (["--asd-scope", "reasoning"], True), (["--asd-strict-prefix", "8"], False),
+    (["--speculative-algorithm", "STANDALONE", "--speculative-draft-model-path", "fixture:tiny-llama-think",
+      "--asd-strict-spans", "tool_call"], False)])
 def test_a_marker_scope_on_a_server_that_mixes_prefill_and_decode_is_refused(flags, refused):
-    """Read from SGLang's resolved arguments: EAGLE keeps --enable-mixed-chunk, and a chunk size turns
-    mixing on (``state/scope_vocab.py`` says why marker scopes cannot be served there)."""
+    """EAGLE keeps --enable-mixed-chunk and a chunk size turns mixing on (``state/scope_vocab.py`` says why
+    marker scopes cannot be served there); SGLang turns mixing off for STANDALONE, so its scope serves."""
     from sglang.srt.server_args import prepare_server_args
 
     argv = ["--model-path", "fixture:tiny-llama-think", "--speculative-algorithm", "EAGLE", "--speculative-draft-model-path",
             "fixture:tiny-eagle-think", "--reasoning-parser", "qwen3", "--enable-mixed-chunk", "--chunked-prefill-size",
-            "32", *flags]
+            "32", *flags]  # a later flag wins
     settings, rest = ls.build_argv(argv)
     ls.check_scope(settings.scope, rest)  # the markers resolve: mixing alone is what is refused
     server_args = prepare_server_args(rest)

@@ -75,12 +75,15 @@ def test_a_server_that_mixes_decode_into_prefill_refuses_scopes_with_markers():
     assert ScopeVocab(_Tokenizer(), "qwen3").markers(Scope(scope="reasoning")).require  # not mixing: served
 
 
-@pytest.mark.parametrize("mixed_chunk,chunk,mixes", [
-    (True, 64, True), (True, None, False), (True, -1, False), (True, 0, False), (False, 64, False)])
-def test_mixing_is_read_from_the_resolved_server_arguments(mixed_chunk, chunk, mixes):
-    """The scheduler mixes only with chunked prefill on (``Scheduler.init_chunked_prefill``); SGLang
-    itself clears ``enable_mixed_chunk`` for the algorithms that cannot mix."""
-    args = types.SimpleNamespace(enable_mixed_chunk=mixed_chunk, chunked_prefill_size=chunk)
+@pytest.mark.parametrize("mixed_chunk,chunk,algorithm,mixes", [
+    (True, 64, "EAGLE", True), (True, 64, "DFLASH", True), (True, None, "EAGLE", False), (True, -1, "EAGLE", False),
+    (True, 0, "EAGLE", False), (False, 64, "EAGLE", False), (True, 64, "STANDALONE", False), (True, 64, "NGRAM", False),
+    (True, 64, None, False)])
+def test_mixing_is_read_as_sglang_resolves_it(mixed_chunk, chunk, algorithm, mixes):
+    """The scheduler mixes only with chunked prefill on (``Scheduler.init_chunked_prefill``), and SGLang
+    turns ``enable_mixed_chunk`` off at launch for the algorithms that cannot mix."""
+    args = types.SimpleNamespace(enable_mixed_chunk=mixed_chunk, chunked_prefill_size=chunk,
+                                 speculative_algorithm=algorithm)
     assert mixes_decode(args) is mixes
 
 

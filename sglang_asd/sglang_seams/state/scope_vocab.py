@@ -31,10 +31,18 @@ logger = logging.getLogger(__name__)
 
 def mixes_decode(server_args) -> bool:
     """Whether SGLang runs mixed prefill/decode steps on this server (what the scheduler's
-    ``is_mixed_chunk`` becomes): ``enable_mixed_chunk`` as resolved (SGLang turns it off for the
-    algorithms that cannot mix) with chunked prefill on."""
+    ``is_mixed_chunk`` becomes): ``enable_mixed_chunk`` with chunked prefill on, for a speculative
+    algorithm SGLang keeps mixing for (``SpeculativeAlgorithm.supports_mixed_chunk``; it turns the flag
+    off at launch for the others, so the raw flag read before launch would overstate it)."""
     size = getattr(server_args, "chunked_prefill_size", None)
-    return bool(getattr(server_args, "enable_mixed_chunk", False)) and size is not None and size > 0
+    if not (getattr(server_args, "enable_mixed_chunk", False) and size is not None and size > 0):
+        return False
+    algorithm = getattr(server_args, "speculative_algorithm", None)
+    if algorithm is None:
+        return False  # no verify step: nothing for a scope to see
+    from sglang.srt.speculative.spec_info import SpeculativeAlgorithm
+
+    return SpeculativeAlgorithm.from_string(algorithm).supports_mixed_chunk()
 
 
 class ScopeVocab:
