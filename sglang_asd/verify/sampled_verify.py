@@ -72,7 +72,8 @@ def _relax_choice(
 ):
     """Per parent node P: the child to relax if P is relaxed (``policy.sampled.choose_relaxed_child``
     without the ledger and cap tests, which depend on the walk). -> best [bs, W] int64 child node
-    (W: none eligible), q64, a64, charge64 [bs, W] float64 per node."""
+    (W: none eligible), q64, a64, charge64 [bs, W] float64 per node, and with ``allowed`` the child
+    the unscoped rule would pick (to count what the scope kept strict; else None)."""
     bs, W = candidates.shape
     V = target_probs.shape[-1]
     node = torch.arange(W, device=candidates.device).expand(bs, W)
@@ -84,23 +85,27 @@ def _relax_choice(
     eligible = has_parent & (q >= floor[:, None]) & (a64 > q64)
     if stop_tokens is not None:
         eligible &= ~(candidates[:, :, None] == stop_tokens[:, None, :]).any(dim=-1)
-    if allowed is not None:
-        eligible &= allowed
     # A parent whose children share a token is never relaxed (SGLang's walk is not exact there).
     key = (parent + 1) * 2**32 + candidates  # [bs, W] one int64 per (parent, token)
     duplicate = has_parent & ((key[:, :, None] == key[:, None, :]).sum(dim=-1) > 1)
     parent_slot = torch.where(has_parent, parent, W)
     has_duplicate = torch.zeros(bs, W + 1, dtype=torch.long, device=candidates.device)
     has_duplicate = has_duplicate.scatter_add(1, parent_slot, duplicate.long())[:, :W] > 0  # [bs, W] per parent
-    # best[b, P]: the eligible child of P with the largest q, the first in sibling order on ties.
-    of_parent = (parent[:, None, :] == node[:, :, None]) & eligible[:, None, :]  # [bs, P, n]
-    q_cand = torch.where(of_parent, q64[:, None, :], -1.0)
-    best_q = q_cand.amax(dim=-1, keepdim=True)
-    at_best = of_parent & (q_cand == best_q)
-    best_rank = torch.where(at_best, rank[:, None, :], W).amin(dim=-1, keepdim=True)
-    best = torch.where(at_best & (rank[:, None, :] == best_rank), node[:, None, :], W).amin(dim=-1)
-    best = torch.where(has_duplicate, W, best)
-    return best, q64, a64, charge64
+    children = parent[:, None, :] == node[:, :, None]  # [bs, P, n]
+
+    def best_of(eligible: torch.Tensor) -> torch.Tensor:
+        """best[b, P]: the eligible child of P with the largest q, the first in sibling order on ties."""
+        of_parent = children & eligible[:, None, :]
+        q_cand = torch.where(of_parent, q64[:, None, :], -1.0)
+        best_q = q_cand.amax(dim=-1, keepdim=True)
+        at_best = of_parent & (q_cand == best_q)
+        best_rank = torch.where(at_best, rank[:, None, :], W).amin(dim=-1, keepdim=True)
+        best = torch.where(at_best & (rank[:, None, :] == best_rank), node[:, None, :], W).amin(dim=-1)
+        return torch.where(has_duplicate, W, best)
+
+    if allowed is None:
+        return best_of(eligible), q64, a64, charge64, None
+    return best_of(eligible & allowed), q64, a64, charge64, best_of(eligible)
 
 
 def sibling_steps(W: int, max_children: Optional[int]) -> int:
@@ -170,17 +175,14 @@ def asd_sampled_verify(
         up, node_depth = node_depths(parent, K)
         mode = target_probs.argmax(dim=-1)  # [bs, W] the target's choice at each node
         allowed = allowed_nodes(scope, candidates, up, node_depth, mode.gather(1, up), K)
-    best, q64, a64, charge64 = _relax_choice(candidates, target_probs, parent, rank, floor, power, stop_tokens,
-                                             allowed)
+    best, q64, a64, charge64, free = _relax_choice(candidates, target_probs, parent, rank, floor, power,
+                                                   stop_tokens, allowed)
     no_child = torch.full((bs, 1), W, dtype=best.dtype, device=device)
     best_pad = torch.cat([best, no_child], 1)
     pad64 = torch.zeros(bs, 1, dtype=torch.float64, device=device)
     q64, a64, charge64 = (torch.cat([t, pad64], 1) for t in (q64, a64, charge64))  # column W: no child
-    free_pad = skipped = None
-    if allowed is not None:  # the unscoped choice, only to count what the scope kept strict
-        free, _, _, free_charge = _relax_choice(candidates, target_probs, parent, rank, floor, power, stop_tokens)
-        free_pad, free_charge = torch.cat([free, no_child], 1), torch.cat([free_charge, pad64], 1)
-        skipped = torch.zeros(bs, dtype=torch.int32, device=device)
+    free_pad = None if free is None else torch.cat([free, no_child], 1)  # the unscoped choice: counting only
+    skipped = None if free is None else torch.zeros(bs, dtype=torch.int32, device=device)
     row_on = (remaining > 0) & (floor > 0) & (cap > 0)  # [bs]
     remaining64 = remaining.double()
 
@@ -202,7 +204,7 @@ def asd_sampled_verify(
                  & (block_charge + cj <= remaining64))
         if skipped is not None:
             jf = free_pad.gather(1, node[:, None]).squeeze(1)
-            cf = free_charge.gather(1, jf[:, None]).squeeze(1)
+            cf = charge64.gather(1, jf[:, None]).squeeze(1)
             skipped += (row_on & alive & (jf < W) & (n_relaxed < cap.long()) & (block_charge + cf <= remaining64)
                         & ~relax).int()
         block_charge = torch.where(relax, block_charge + cj, block_charge)

@@ -10,7 +10,11 @@ the token of draft position i lands at output index ``commit.output_index + i``.
 
 Sampled rows (``asd-sampled``): ``with_sampled`` adds the sampled verifier's per-position receipts
 (relaxed nodes: token, q, a, charge, accepted; ``verify.sampled_verify.SampledVerifyOutput``) for
-the rows it decided; a round without a sampled decision leaves those fields None.
+the rows it decided; a round without a sampled decision leaves those fields None. The levels a
+scope kept strict (``sampled_scope_skipped``, None without a scoped row) ride along the same way: a
+device tensor of the round, copied with the tokens and counted into the ledger and the metric on the
+host, so under the overlap scheduler they reach the request one step late with the rest of its round,
+and a request finished in the lagging round (no commit) is not counted.
 """
 
 from __future__ import annotations
