@@ -34,7 +34,11 @@ measure.
 
 Every answer, pass and probe is appended to ``DIR/calibrate_log.jsonl`` as it completes;
 ``--resume`` continues a stopped run (same configuration, checked), ``--report-only`` rewrites the
-report from the log, with other targets if given. Imports neither SGLang nor torch.
+report from the log, with other targets if given. ``--reuse-answers LOG`` takes the phase-1 answers
+of another run's settings that this run also has (the same fields) instead of asking for them again:
+only from a run of the same server (its identity and launch arguments), caps, route, concurrency and
+sampling, whose prompts are all among this run's with the same texts (``reuse_answers``); speed is
+always measured in this run, both arms together. Imports neither SGLang nor torch.
 """
 
 from __future__ import annotations
@@ -42,6 +46,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import hashlib
+import json
 import math
 import sys
 import time
@@ -56,7 +61,7 @@ from sglang_asd.bench.arms import STRICT, STRICT_ARM, Arm, budget_label, check_u
 from sglang_asd.bench.calibrate_summary import Targets
 from sglang_asd.bench.client import GenRequest, GenResult, parse_budgets, served_model
 from sglang_asd.bench.metrics import first_errors
-from sglang_asd.bench.runlog import RunLog, RunLogError, logged_servers, read_log
+from sglang_asd.bench.runlog import RunLog, RunLogError, fingerprint_diff, logged_servers, read_log
 from sglang_asd.bench.runner import PassFailed, preflight, run_pass
 from sglang_asd.bench.sampling import seed_of
 from sglang_asd.bench.scoring import answers, final
@@ -247,9 +252,65 @@ def run(args: argparse.Namespace, arms: list[Arm], prompts: list[datasets.Prompt
                                  f"{url}/server_info, which does not give it")
             run_quick(args, log, prompts, url, request, k)
         else:
+            if args.reuse_answers:
+                reused = reuse_answers(args.reuse_answers, log, arms, prompts)
+                print(f"reused {sum(reused['answers'].values())} answers of {args.reuse_answers} "
+                      f"({', '.join(f'{k}: {v}' for k, v in reused['answers'].items()) or 'none new'})")
             run_quality(args, log, arms, prompts, url, request)
             run_speed(args, log, arms, prompts, url, request, machine["id"], info)
         return build_result(log.header, log.records, arms, targets, default_target, args, info)
+
+
+# Fingerprint keys a reused answer need not share: the settings and prompts are matched one by one,
+# and the speed phase is never reused.
+NOT_ANSWER_KEYS = frozenset({"arms", "prompts", "prompt_hashes", "source", "speed_max_new_tokens"})
+
+
+def reuse_answers(path: Path, log: RunLog, arms: list[Arm], prompts: list[datasets.Prompt]) -> dict:
+    """Append to ``log`` the answers of ``path``'s run (``--reuse-answers``) to the (setting, prompt,
+    seed) pairs ``log`` still lacks, each under this run's label of the setting with the same fields.
+
+    An answer depends on the server, its launch arguments (their ``--asd-*`` defaults fill what a
+    request leaves out), the cap, route and sampling, and on the prompt's text; every one of those
+    must equal this run's (``log.header``'s fingerprint, the server identity included) or nothing is
+    taken and the error names the differences. The source's prompts must all be among this run's,
+    with the same texts (its prompt hash recomputed from this run's texts). Failed answers are not
+    taken. Returns the ``reuse`` record it logs (source, its creation time, answers per setting)."""
+    header, records = read_log(path, LOG_KIND)
+    src, fp = header["fingerprint"], log.header["fingerprint"]
+    if src.get("mode") != "ladder":
+        raise ValueError(f"--reuse-answers: {path} is a --quick run; it holds no answers")
+    keys = (set(src) | set(fp)) - NOT_ANSWER_KEYS
+    diff = fingerprint_diff({k: src.get(k) for k in keys}, {k: fp.get(k) for k in keys})
+    if diff:
+        raise ValueError(f"--reuse-answers: {path} answered under another configuration; differences: "
+                         + "; ".join(diff))
+    by_id = {(f"{p.task}/{p.id}" if p.task == datasets.USER_TASK else p.id): p for p in prompts}
+    missing = [i for i in src["prompts"] if i not in by_id]
+    if missing:
+        raise ValueError(f"--reuse-answers: {len(missing)} of {path}'s prompts are not in this run "
+                         f"(first: {missing[0]})")
+    if text_hash("\n".join(by_id[i].text for i in src["prompts"])) != src["prompt_hashes"]:
+        raise ValueError(f"--reuse-answers: {path}'s prompts have other texts than this run's under the same ids")
+    arm_of = {_fields_key(a.fields): a for a in arms}
+    done = set(calibrate_summary.latest(log.records))
+    taken: dict[str, int] = {}
+    for (_, task, tag, seed), r in calibrate_summary.latest(records).items():
+        arm = arm_of.get(_fields_key(r["fields"]))
+        if arm is None or not r["ok"] or (arm.label, task, tag, seed) in done:
+            continue
+        log.append({**r, "arm": arm.label, "fields": dict(arm.fields), "reused_from": header["created"]})
+        taken[arm.label] = taken.get(arm.label, 0) + 1
+    record = {"kind": "reuse", "from": str(path), "created": header["created"], "answers": taken}
+    log.append(record)
+    return record
+
+
+def _fields_key(fields: dict) -> str:
+    """A setting's fields as one comparable string: ``asd_budget=8`` and ``8.0`` are one setting."""
+    def norm(v):
+        return float(v) if isinstance(v, int) and not isinstance(v, bool) else v
+    return json.dumps({k: norm(v) for k, v in fields.items()}, sort_keys=True)
 
 
 def cap_of(args: argparse.Namespace, p: datasets.Prompt) -> int:
@@ -383,6 +444,17 @@ def run_quick(args, log: RunLog, prompts, url: str, request, k: int) -> None:
 # ---------------------------------------------------------------- the report
 
 
+def reused_of(records: list[dict]) -> list[dict]:
+    """Per source run (``--reuse-answers``): its creation time, log path and the answers taken per setting."""
+    out: dict[str, dict] = {}
+    for r in records:
+        if r.get("kind") == "reuse":
+            src = out.setdefault(r["created"], {"created": r["created"], "from": r["from"], "answers": {}})
+            for label, n in r["answers"].items():
+                src["answers"][label] = src["answers"].get(label, 0) + n
+    return [s for s in out.values() if s["answers"]]
+
+
 def build_result(header: dict, records: list[dict], arms: list[Arm], targets: Targets, default_target: bool,
                  args: argparse.Namespace, info: Optional[dict] = None) -> dict:
     """The report of a run log, complete or not (``calibrate_summary`` for the figures)."""
@@ -395,7 +467,7 @@ def build_result(header: dict, records: list[dict], arms: list[Arm], targets: Ta
               "max_new_tokens_text": fp["max_new_tokens"] or "each task's (or the file's)",
               "speed_max_new_tokens": fp["speed_max_new_tokens"], "repeats": repeats,
               "concurrency": fp["concurrency"], "scorer": fp["scorer"], "launch": fp["launch"],
-              "arms": fp["arms"], "log_created": header["created"]}
+              "arms": fp["arms"], "log_created": header["created"], "reused": reused_of(records)}
     result = {"kind": "asd-calibrate", "version": 1, "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
               "config": config, "server": info}
     if fp["mode"] == "quick":
@@ -481,6 +553,9 @@ def build_parser() -> argparse.ArgumentParser:
     sampling.add_args(p)
     run_.add_argument("--timeout", type=float, default=1200.0, help="per-request timeout, seconds")
     run_.add_argument("--exec-timeout", type=float, default=10.0, help="seconds per code test program")
+    run_.add_argument("--reuse-answers", type=Path, metavar="LOG",
+                      help="take the answers of another calibrate run log's settings with the same fields (same "
+                           "server, launch, caps, route, concurrency, sampling; checked) instead of asking again")
     run_.add_argument("--quick", action="store_true",
                       help="no labels, no answers: the article's percentile recipe as a starting point")
     run_.add_argument("--probe-budget", type=float, default=64.0, help="--quick: the probe's asd_budget (<= the "
@@ -501,6 +576,9 @@ def main(argv: Optional[list[str]] = None) -> int:
         if args.quick and not args.sampling.greedy:
             raise ValueError("--quick reads greedy regrets from receipts; a sampled request's receipt carries KL "
                              "charges instead: drop --temperature")
+        if args.reuse_answers and (args.quick or args.report_only):
+            raise ValueError("--reuse-answers takes another run's answers into a ladder run; it does not go with "
+                             + ("--quick" if args.quick else "--report-only"))
         if args.probe_budget <= 0 or not math.isfinite(args.probe_budget):
             raise ValueError(f"--probe-budget must be a finite number > 0, got {args.probe_budget}")
         if args.report_only:

@@ -96,6 +96,9 @@ def markdown(result: dict) -> str:
              f"{cfg['repeats']} repeat(s), concurrency {cfg['concurrency']}")
     lines.append(f"- prompts: {cfg['source']} ({cfg['num_prompts']} prompts, {cfg['sampling_text']}); route "
                  f"{cfg['api']}; natural stop at most {cfg['max_new_tokens_text']} tokens{speed}")
+    for src in cfg.get("reused", []):
+        lines.append(f"- answers reused from the run of {src['created']} (same server, launch, caps and prompts; "
+                     f"`--reuse-answers`): " + ", ".join(f"{k} {v}" for k, v in src["answers"].items()))
     if result.get("quick"):
         lines += ["", quick_markdown(result["quick"])]
     else:

@@ -357,3 +357,41 @@ def test_no_recommendation_before_the_speed_of_a_qualifying_setting_is_measured(
     rows = calibrate_summary.combine(quality, [], [STRICT_ARM, B2])
     rec = calibrate_summary.recommend(rows, Targets(min_agreement=0.95))
     assert rec["arm"] == "strict" and not rec["found"] and "speed phase has not measured" in rec["why"]
+
+
+def test_reused_answers_are_taken_only_from_a_run_of_the_same_configuration(fake_server_url, tmp_path, capsys):
+    base = ["--url", fake_server_url, "--tasks", "gsm8k", "--max-new-tokens", "32", "--speed-max-new-tokens", "8",
+            "--concurrency", "4"]
+    first = tmp_path / "first"
+    assert calibrate.main(base + ["--limit", "4", "--budgets", "0,8", "--out", str(first)]) == 0
+    source = first / calibrate.LOG_NAME
+    # a later ladder on more prompts takes strict's and budget 8's four answers, under its own labels
+    later = tmp_path / "later"
+    assert calibrate.main(base + ["--limit", "8", "--budgets", "0,2", "--arms", "eight:asd_budget=8",
+                                  "--reuse-answers", str(source), "--out", str(later)]) == 0
+    assert "reused 8 answers" in capsys.readouterr().out
+    _, records = calibrate.read_log(later / calibrate.LOG_NAME, calibrate.LOG_KIND)
+    items = [r for r in records if r["kind"] == "item"]
+    reused = [r for r in items if "reused_from" in r]
+    assert sorted((r["arm"], r["tag"]) for r in reused) == sorted(
+        (arm, p.id) for arm in ("strict", "eight") for p in datasets.load_prompts("gsm8k", 4))
+    _, src_records = calibrate.read_log(source, calibrate.LOG_KIND)
+    texts = {(r["arm"], r["tag"]): r["text"] for r in src_records if r["kind"] == "item"}
+    assert all(r["text"] == texts[("b8" if r["arm"] == "eight" else "strict", r["tag"])] for r in reused)
+    assert len(items) == 24 and len({(r["arm"], r["tag"]) for r in items}) == 24   # nothing asked twice
+    result = json.loads((later / "calibrate.json").read_text())
+    assert result["complete"]["line"] == "complete: 24 of 24 answers, 6 of 6 speed passes"
+    assert result["config"]["reused"][0]["answers"] == {"strict": 4, "eight": 4}
+    assert "answers reused from the run of" in (later / "calibrate.md").read_text()
+    # a resumed run takes nothing twice
+    assert calibrate.main(base + ["--limit", "8", "--budgets", "0,2", "--arms", "eight:asd_budget=8",
+                                  "--reuse-answers", str(source), "--out", str(later), "--resume"]) == 0
+    assert "reused 0 answers" in capsys.readouterr().out
+    # another cap, or prompts this run lacks: nothing is taken and the error says why
+    with pytest.raises(SystemExit, match="another configuration; differences: max_new_tokens"):
+        calibrate.main(base[:5] + ["64"] + base[6:] + ["--limit", "8", "--reuse-answers", str(source),
+                                                      "--out", str(tmp_path / "cap")])
+    with pytest.raises(SystemExit, match="2 of .* prompts are not in this run"):
+        calibrate.main(base + ["--limit", "2", "--reuse-answers", str(source), "--out", str(tmp_path / "few")])
+    with pytest.raises(SystemExit, match="does not go with --quick"):
+        calibrate.main(base + ["--quick", "--reuse-answers", str(source), "--out", str(tmp_path / "quick")])

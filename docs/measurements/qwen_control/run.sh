@@ -14,15 +14,18 @@
 #      strict, 2 and 8 arms are the baselines of the steps below.
 #   2. fly_k4: FLy against asd on the same work (vLLM's lossy verifier, `asd_rule: "fly"`): strict,
 #      asd 2 and 8, FLy at vLLM's defaults (entropy threshold 0.3, top 3, window min(6, K - 1)) and at
-#      thresholds 0.15 and 0.6, FLy under the ledger (`fly-bounded`) at 2 and 8; the same prompts,
+#      thresholds 0.6 and 0.9, FLy under the ledger (`fly-bounded`) at 2 and 8; the same prompts,
 #      caps and fixed work as step 1.
 #   3. where_k4: where and how fast a request may spend, at budget 8 against budget 8 unscoped, on both
 #      tasks: the first 64 output tokens strict (`asd_strict_prefix`), and per-token budgets
 #      (`asd_budget_per_token`) at the rates that spend 2 and 8 nats over 512 tokens;
 #   4. long_k4: 8 prompts x 512 tokens at concurrency 4, fixed budgets 2 and 8 against the per-token
 #      rates of equal spend at 512 tokens (where a fixed budget binds early and a rate keeps paying).
-# Each step is its own calibrate run with its own strict arm (a second strict run is the noise floor),
-# on a server whose ceilings let every arm's request ask for its setting (requests only tighten).
+# Every step runs on one server configuration, and each step's quality phase takes the answers an earlier
+# step already has for the same setting and prompt (`calibrate --reuse-answers`, which checks that server,
+# launch, caps and prompts are the same): calib takes scope_gsm8k's strict and budget 8 GSM8K answers,
+# fly_k4 and where_k4 take calib's strict, 2 and 8. Speed at fixed work is measured in every step, all its
+# arms in one run. Every arm's request can ask for its setting (requests only tighten the server's).
 #
 # Resumable: every step passes --resume and leaves STEP.done; after a stop run the script again (a
 # fresh checkout starts from the logs committed under results/, see steps.sh's chain_seed):
@@ -59,19 +62,22 @@ step scope_gsm8k sglang_asd.calibrate --launch="$SERVER" --tasks gsm8k --budgets
     --arms "ans8:asd_budget=8,asd_strict_spans=boxed|</tool_call>;p16:asd_budget=8,asd_strict_prefix=16" $RUN \
     --out "$OUT/scope_gsm8k"
 
-step calib sglang_asd.calibrate --launch="$SERVER" --budgets 0.5,1,2,4,8 $COMMON --out "$OUT/calib"
+step calib sglang_asd.calibrate --launch="$SERVER" --budgets 0.5,1,2,4,8 $COMMON \
+    --reuse-answers "$OUT/scope_gsm8k/calibrate_log.jsonl" --out "$OUT/calib"
 
-# FLy's knobs: a request may raise the server's entropy threshold, never lower it.
-FLY_SERVER="$SERVER --asd-fly-entropy-threshold 0.15"
-T3="asd_fly_entropy_threshold=0.3"  # vLLM's default, stated: the server's floor is 0.15
-FLY_ARMS="fly:asd_budget=8,asd_rule=fly,$T3;fly_t0.15:asd_budget=8,asd_rule=fly,asd_fly_entropy_threshold=0.15;\
-fly_t0.6:asd_budget=8,asd_rule=fly,asd_fly_entropy_threshold=0.6;\
+# FLy on the same server as the other steps, so their answers are reused: a request may raise the server's
+# entropy threshold (0.3, vLLM's default), never lower it, so the two more thresholds are above it.
+T3="asd_fly_entropy_threshold=0.3"  # vLLM's default, stated
+FLY_ARMS="fly:asd_budget=8,asd_rule=fly,$T3;fly_t0.6:asd_budget=8,asd_rule=fly,asd_fly_entropy_threshold=0.6;\
+fly_t0.9:asd_budget=8,asd_rule=fly,asd_fly_entropy_threshold=0.9;\
 flyb2:asd_budget=2,asd_rule=fly-bounded,$T3;flyb8:asd_budget=8,asd_rule=fly-bounded,$T3"
-step fly_k4 sglang_asd.calibrate --launch="$FLY_SERVER" --budgets 2,8 --arms "$FLY_ARMS" $COMMON --out "$OUT/fly_k4"
+CALIB_ANSWERS="--reuse-answers $OUT/calib/calibrate_log.jsonl"
+step fly_k4 sglang_asd.calibrate --launch="$SERVER" --budgets 2,8 --arms "$FLY_ARMS" $COMMON $CALIB_ANSWERS \
+    --out "$OUT/fly_k4"
 
 RATES="r2:asd_budget_per_token=0.0039;r8:asd_budget_per_token=0.0156"  # 2 and 8 nats over 512 tokens
 step where_k4 sglang_asd.calibrate --launch="$SERVER" --budgets 8 \
-    --arms "p64:asd_budget=8,asd_strict_prefix=64;$RATES" $COMMON --out "$OUT/where_k4"
+    --arms "p64:asd_budget=8,asd_strict_prefix=64;$RATES" $COMMON $CALIB_ANSWERS --out "$OUT/where_k4"
 LONG_WORK="--num-prompts 8 --max-new-tokens 512 --concurrency 4"
 [ "${SMOKE:-0}" = 1 ] && LONG_WORK="--num-prompts 2 --max-new-tokens 32 --concurrency 2"
 step long_k4 scripts/lab/speed.py --launch="$SERVER" --budgets 0,2,8 --arms "$RATES" --dataset gsm8k $LONG_WORK \
