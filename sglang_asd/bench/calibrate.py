@@ -191,6 +191,8 @@ def fingerprint(args: argparse.Namespace, arms: list[Arm], prompts: list[dataset
           "concurrency": args.concurrency, "api": args.api, "scorer": args.scorer, "launch": args.launch}
     if args.quick:
         fp["probe_budget"] = args.probe_budget
+    if args.speed_prompts:
+        fp["speed_prompts"] = args.speed_prompts
     fp.update(args.sampling.fingerprint())
     return fp
 
@@ -263,7 +265,7 @@ def run(args: argparse.Namespace, arms: list[Arm], prompts: list[datasets.Prompt
 
 # Fingerprint keys a reused answer need not share: the settings and prompts are matched one by one,
 # and the speed phase is never reused.
-NOT_ANSWER_KEYS = frozenset({"arms", "prompts", "prompt_hashes", "source", "speed_max_new_tokens"})
+NOT_ANSWER_KEYS = frozenset({"arms", "prompts", "prompt_hashes", "source", "speed_max_new_tokens", "speed_prompts"})
 
 
 def reuse_answers(path: Path, log: RunLog, arms: list[Arm], prompts: list[datasets.Prompt]) -> dict:
@@ -342,9 +344,18 @@ def rounds_of(n_prompts: int, samples: int, concurrency: int) -> int:
     return -(-n_prompts * samples // concurrency)
 
 
+def speed_set(prompts: list, n: Optional[int]) -> list:
+    """The prompts of the speed phase: all, or ``n`` (``--speed-prompts``) spread evenly over the run's
+    list (every task in its share, the same ones on every resume)."""
+    if not n or n >= len(prompts):
+        return list(prompts)
+    return [prompts[i * len(prompts) // n] for i in range(n)]
+
+
 def run_speed(args, log: RunLog, arms: list[Arm], prompts, url: str, request, machine: str, info: dict) -> None:
     """Phase 2: bench.speed's rounds schedule at fixed work, every pass logged as it completes."""
     how = args.sampling
+    prompts = speed_set(prompts, args.speed_prompts)
     rounds = rounds_of(len(prompts), how.samples, args.concurrency)
     order = speed_summary.schedule(arms, rounds)
     usable = [r for r in speed.passes_of(log.records) if not r["errors"]]
@@ -466,6 +477,7 @@ def build_result(header: dict, records: list[dict], arms: list[Arm], targets: Ta
               "sampling": dataclasses.asdict(how), "sampling_text": how.describe(),
               "max_new_tokens_text": fp["max_new_tokens"] or "each task's (or the file's)",
               "speed_max_new_tokens": fp["speed_max_new_tokens"], "repeats": repeats,
+              "speed_prompts": len(speed_set(fp["prompts"], fp.get("speed_prompts"))),
               "concurrency": fp["concurrency"], "scorer": fp["scorer"], "launch": fp["launch"],
               "arms": fp["arms"], "log_created": header["created"], "reused": reused_of(records)}
     result = {"kind": "asd-calibrate", "version": 1, "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
@@ -485,7 +497,7 @@ def build_result(header: dict, records: list[dict], arms: list[Arm], targets: Ta
         return result
     items = [r for r in records if r.get("kind") == "item"]
     quality = calibrate_summary.quality_rows(items, arms, targets.confidence)
-    rounds = rounds_of(len(fp["prompts"]), how.samples, fp["concurrency"])
+    rounds = rounds_of(len(speed_set(fp["prompts"], fp.get("speed_prompts"))), how.samples, fp["concurrency"])
     passes = sorted(speed.passes_of(records), key=lambda p: (p["repeat"], p["index"]))
     speed_rows = calibrate_summary.speed_rows(passes, arms, rounds)
     rows = calibrate_summary.combine(quality, speed_rows, arms)
@@ -546,6 +558,8 @@ def build_parser() -> argparse.ArgumentParser:
     run_.add_argument("--max-new-tokens", type=int, help="natural-stop cap (default: each task's; --prompts: "
                                                          f"{DEFAULT_FILE_CAP} or the line's)")
     run_.add_argument("--speed-max-new-tokens", type=int, default=128, help="tokens per request at fixed work")
+    run_.add_argument("--speed-prompts", type=int, help="prompts at fixed work, spread evenly over the run's "
+                                                        "(default: all of them)")
     run_.add_argument("--repeats", type=int, help="repeats of the speed schedule (default 1)")
     run_.add_argument("--concurrency", type=int, default=8)
     run_.add_argument("--api", choices=("chat", "completions", "generate"), default="chat",
@@ -569,7 +583,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     args = parser.parse_args(argv)
     args.sampling = sampling.from_args(parser, args)
     try:
-        for name in ("limit", "max_new_tokens", "speed_max_new_tokens", "concurrency", "repeats"):
+        for name in ("limit", "max_new_tokens", "speed_max_new_tokens", "speed_prompts", "concurrency", "repeats"):
             value = getattr(args, name)
             if value is not None and value < 1:
                 raise ValueError(f"--{name.replace('_', '-')} must be >= 1, got {value}")

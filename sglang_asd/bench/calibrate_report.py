@@ -92,8 +92,9 @@ def markdown(result: dict) -> str:
     cfg = result["config"]
     lines = [f"# Choosing a budget: calibration ({result['complete']['line']})", ""]
     lines.append(f"- server: {json.dumps(identity(result.get('server') or {}), sort_keys=True)}")
-    speed = ("" if result.get("quick") else f"; speed at fixed work: {cfg['speed_max_new_tokens']} tokens x "
-             f"{cfg['repeats']} repeat(s), concurrency {cfg['concurrency']}")
+    speed = ("" if result.get("quick") else
+             f"; speed at fixed work: {cfg.get('speed_prompts', cfg['num_prompts'])} prompts x "
+             f"{cfg['speed_max_new_tokens']} tokens x {cfg['repeats']} repeat(s), concurrency {cfg['concurrency']}")
     lines.append(f"- prompts: {cfg['source']} ({cfg['num_prompts']} prompts, {cfg['sampling_text']}); route "
                  f"{cfg['api']}; natural stop at most {cfg['max_new_tokens_text']} tokens{speed}")
     for src in cfg.get("reused", []):

@@ -383,6 +383,7 @@ def test_reused_answers_are_taken_only_from_a_run_of_the_same_configuration(fake
     assert result["complete"]["line"] == "complete: 24 of 24 answers, 6 of 6 speed passes"
     assert result["config"]["reused"][0]["answers"] == {"strict": 4, "eight": 4}
     assert "answers reused from the run of" in (later / "calibrate.md").read_text()
+    assert "speed at fixed work: 8 prompts x 8 tokens" in (later / "calibrate.md").read_text()
     # a resumed run takes nothing twice
     assert calibrate.main(base + ["--limit", "8", "--budgets", "0,2", "--arms", "eight:asd_budget=8",
                                   "--reuse-answers", str(source), "--out", str(later), "--resume"]) == 0
@@ -395,3 +396,20 @@ def test_reused_answers_are_taken_only_from_a_run_of_the_same_configuration(fake
         calibrate.main(base + ["--limit", "2", "--reuse-answers", str(source), "--out", str(tmp_path / "few")])
     with pytest.raises(SystemExit, match="does not go with --quick"):
         calibrate.main(base + ["--quick", "--reuse-answers", str(source), "--out", str(tmp_path / "quick")])
+
+
+def test_speed_prompts_spread_over_the_run_and_set_the_rounds(fake_server_url, tmp_path):
+    prompts = datasets.load_prompts("gsm8k", 6) + datasets.load_prompts("humaneval", 6)
+    picked = calibrate.speed_set(prompts, 4)
+    assert [p.task for p in picked] == ["gsm8k", "gsm8k", "humaneval", "humaneval"] and len({p.id for p in picked}) == 4
+    assert calibrate.speed_set(prompts, None) == prompts == calibrate.speed_set(prompts, 99)
+    out = tmp_path / "run"
+    assert calibrate.main(["--url", fake_server_url, "--tasks", "gsm8k", "--limit", "8", "--budgets", "0,8",
+                           "--max-new-tokens", "16", "--speed-max-new-tokens", "8", "--concurrency", "2",
+                           "--speed-prompts", "4", "--out", str(out)]) == 0
+    result = json.loads((out / "calibrate.json").read_text())
+    # 4 prompts at concurrency 2: 2 rounds per setting, where all 8 would take 4
+    assert result["complete"]["line"] == "complete: 16 of 16 answers, 4 of 4 speed passes"
+    assert "speed at fixed work: 4 prompts x 8 tokens" in (out / "calibrate.md").read_text()
+    with pytest.raises(SystemExit, match="--speed-prompts must be >= 1, got 0"):
+        calibrate.main(["--url", fake_server_url, "--speed-prompts", "0", "--out", str(tmp_path / "bad")])

@@ -10,8 +10,8 @@
 #      fixed work as below. The smallest step that answers one question whole, so it runs first.
 #   1. calib: which budget buys which quality (`python -m sglang_asd.calibrate`): strict and the asd
 #      ladder 0.5 .. 8 on GSM8K and HumanEval, first 100 items each, chat route, natural stop (cap
-#      384), concurrency 24, then speed at fixed work (16 prompts x 128 tokens, one repeat); its
-#      strict, 2 and 8 arms are the baselines of the steps below.
+#      384), concurrency 24, then speed at fixed work (72 prompts spread over both tasks x 128 tokens:
+#      three rounds of 24, one repeat); its strict, 2 and 8 arms are the baselines of the steps below.
 #   2. fly_k4: FLy against asd on the same work (vLLM's lossy verifier, `asd_rule: "fly"`): strict,
 #      asd 2 and 8, FLy at vLLM's defaults (entropy threshold 0.3, top 3, window min(6, K - 1)) and at
 #      thresholds 0.6 and 0.9, FLy under the ledger (`fly-bounded`) at 2 and 8; the same prompts,
@@ -40,18 +40,18 @@ chain_setup control run.log
 
 RULE_CEILINGS="--asd-max-budget 64"
 if [ "${SMOKE:-0}" = 1 ]; then
-    SERVER="$RULE_CEILINGS"; LIMIT=2; CAP=48; SPEED_TOKENS=16; MIN_GB=3
+    SERVER="$RULE_CEILINGS"; LIMIT=2; CAP=48; SPEED_TOKENS=16; SPEED_PROMPTS=4; MIN_GB=3
 else
     SERVER="--model-path fixture:qwen2.5-coder-1.5b --speculative-algorithm STANDALONE \
 --speculative-draft-model-path fixture:qwen2.5-coder-0.5b --speculative-num-steps 4 --speculative-eagle-topk 1 \
 --speculative-num-draft-tokens 5 --mem-fraction-static 0.8 --max-total-tokens 32768 \
 $RULE_CEILINGS ${SERVER_EXTRA:-}"
-    LIMIT=${LIMIT:-100}; CAP=384; SPEED_TOKENS=128; MIN_GB=9
+    LIMIT=${LIMIT:-100}; CAP=384; SPEED_TOKENS=128; SPEED_PROMPTS=72; MIN_GB=9
 fi
 RUN="--limit $LIMIT --api chat --max-new-tokens $CAP --concurrency 24 \
 --speed-max-new-tokens $SPEED_TOKENS --repeats 1 --max-accuracy-drop 1 --min-agreement 0.95 \
 --max-length-change 0.03 --timeout 3600 --launch-timeout 1800 --resume"
-COMMON="--tasks gsm8k,humaneval $RUN"
+COMMON="--tasks gsm8k,humaneval $RUN --speed-prompts $SPEED_PROMPTS"
 
 log "run.sh at $(git -C "$REPO" rev-parse --short HEAD) -> $OUT (SMOKE=${SMOKE:-0})"
 [ "${SMOKE:-0}" = 1 ] || chain_seed "$REPO/docs/measurements/qwen_control/results"
