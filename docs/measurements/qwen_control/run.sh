@@ -12,15 +12,16 @@
 #      ladder 0.5 .. 8 on GSM8K and HumanEval, first 100 items each, chat route, natural stop (cap
 #      384), concurrency 24, then speed at fixed work (72 prompts spread over both tasks x 128 tokens:
 #      three rounds of 24, one repeat); its strict, 2 and 8 arms are the baselines of the steps below.
-#   2. fly_k4: FLy against asd on the same work (vLLM's lossy verifier, `asd_rule: "fly"`): strict,
+#   2. long_k4: 8 prompts x 512 tokens at concurrency 4, fixed budgets 2 and 8 against the per-token
+#      rates of equal spend at 512 tokens (where a fixed budget binds early and a rate keeps paying); with
+#      calib it answers issue 51, so it runs before the longer FLy step.
+#   3. fly_k4: FLy against asd on the same work (vLLM's lossy verifier, `asd_rule: "fly"`): strict,
 #      asd 2 and 8, FLy at vLLM's defaults (entropy threshold 0.3, top 3, window min(6, K - 1)) and at
 #      thresholds 0.6 and 0.9, FLy under the ledger (`fly-bounded`) at 2 and 8; the same prompts,
 #      caps and fixed work as step 1.
-#   3. where_k4: where and how fast a request may spend, at budget 8 against budget 8 unscoped, on both
+#   4. where_k4: where and how fast a request may spend, at budget 8 against budget 8 unscoped, on both
 #      tasks: the first 64 output tokens strict (`asd_strict_prefix`), and per-token budgets
-#      (`asd_budget_per_token`) at the rates that spend 2 and 8 nats over 512 tokens;
-#   4. long_k4: 8 prompts x 512 tokens at concurrency 4, fixed budgets 2 and 8 against the per-token
-#      rates of equal spend at 512 tokens (where a fixed budget binds early and a rate keeps paying).
+#      (`asd_budget_per_token`) at the rates that spend 2 and 8 nats over 512 tokens.
 # Every step runs on one server configuration, and each step's quality phase takes the answers an earlier
 # step already has for the same setting and prompt (`calibrate --reuse-answers`, which checks that server,
 # launch, caps and prompts are the same): calib takes scope_gsm8k's strict and budget 8 GSM8K answers,
@@ -65,6 +66,12 @@ step scope_gsm8k sglang_asd.calibrate --launch="$SERVER" --tasks gsm8k --budgets
 step calib sglang_asd.calibrate --launch="$SERVER" --budgets 0.5,1,2,4,8 $COMMON \
     --reuse-answers "$OUT/scope_gsm8k/calibrate_log.jsonl" --out "$OUT/calib"
 
+RATES="r2:asd_budget_per_token=0.0039;r8:asd_budget_per_token=0.0156"  # 2 and 8 nats over 512 tokens
+LONG_WORK="--num-prompts 8 --max-new-tokens 512 --concurrency 4"
+[ "${SMOKE:-0}" = 1 ] && LONG_WORK="--num-prompts 2 --max-new-tokens 32 --concurrency 2"
+step long_k4 scripts/lab/speed.py --launch="$SERVER" --budgets 0,2,8 --arms "$RATES" --dataset gsm8k $LONG_WORK \
+    --repeats 1 --schedule rounds --timeout 3600 --launch-timeout 1800 --resume --out "$OUT/long_k4"
+
 # FLy on the same server as the other steps, so their answers are reused: a request may raise the server's
 # entropy threshold (0.3, vLLM's default), never lower it, so the two more thresholds are above it.
 T3="asd_fly_entropy_threshold=0.3"  # vLLM's default, stated
@@ -75,11 +82,6 @@ CALIB_ANSWERS="--reuse-answers $OUT/calib/calibrate_log.jsonl"
 step fly_k4 sglang_asd.calibrate --launch="$SERVER" --budgets 2,8 --arms "$FLY_ARMS" $COMMON $CALIB_ANSWERS \
     --out "$OUT/fly_k4"
 
-RATES="r2:asd_budget_per_token=0.0039;r8:asd_budget_per_token=0.0156"  # 2 and 8 nats over 512 tokens
 step where_k4 sglang_asd.calibrate --launch="$SERVER" --budgets 8 \
     --arms "p64:asd_budget=8,asd_strict_prefix=64;$RATES" $COMMON $CALIB_ANSWERS --out "$OUT/where_k4"
-LONG_WORK="--num-prompts 8 --max-new-tokens 512 --concurrency 4"
-[ "${SMOKE:-0}" = 1 ] && LONG_WORK="--num-prompts 2 --max-new-tokens 32 --concurrency 2"
-step long_k4 scripts/lab/speed.py --launch="$SERVER" --budgets 0,2,8 --arms "$RATES" --dataset gsm8k $LONG_WORK \
-    --repeats 1 --schedule rounds --timeout 3600 --launch-timeout 1800 --resume --out "$OUT/long_k4"
 log "run.sh finished"
