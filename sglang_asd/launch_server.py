@@ -21,6 +21,7 @@ import os  # noqa: E402
 import socket  # noqa: E402
 import subprocess  # noqa: E402
 import sys  # noqa: E402
+from typing import Optional  # noqa: E402
 
 from sglang_asd import server_settings  # noqa: E402
 
@@ -267,15 +268,38 @@ def check_scope(scope, argv: list[str]) -> None:
     against the served model: ``reasoning`` without ``--reasoning-parser``, or a marker (a span's, or
     the reasoning parser's think tokens) that is not a single token of the served tokenizer. The
     scheduler checks the same at start-up (``scheduler.init_model_worker_around``) and stops the
-    server; here it is one line before SGLang starts. Left to that check: a parser SGLang resolves at
-    start-up (``auto``; an unknown name is SGLang's own one-line argument error) and a tokenizer that
-    transformers cannot load here (a hub id off line, a custom loader)."""
+    server; here it is one line before SGLang starts. ``--reasoning-parser auto`` is checked once
+    SGLang's arguments are parsed (``check_scope_auto``). Left to the scheduler's check: a tokenizer
+    that transformers cannot load here (a hub id off line, a custom loader); an unknown parser name is
+    SGLang's own one-line argument error."""
     if scope.unscoped:
         return
     parser = _flag_value(argv, "--reasoning-parser")
+    if parser is not None and parser.lower() == "auto":
+        return
     if scope.scope == "reasoning" and not parser:
         raise LaunchError("--asd-scope reasoning needs --reasoning-parser (the reasoning span's think tokens "
                           "come from SGLang's reasoning parser for the served model)")
+    _check_markers(scope, argv, parser)
+
+
+def check_scope_auto(scope, argv: list[str], server_args) -> None:
+    """``check_scope`` for ``--reasoning-parser auto``, with the parser SGLang will resolve it to
+    (``scope_vocab.resolve_reasoning_parser``: its own resolution, on a copy of ``server_args``)."""
+    parser = _flag_value(argv, "--reasoning-parser")
+    if scope.unscoped or parser is None or parser.lower() != "auto":
+        return
+    from sglang_asd.sglang_seams.state.scope_vocab import resolve_reasoning_parser
+
+    resolved = resolve_reasoning_parser(server_args)
+    if scope.scope == "reasoning" and not resolved:
+        raise LaunchError("--asd-scope reasoning needs a reasoning parser, and --reasoning-parser auto detects none "
+                          "for the served model (name one: --reasoning-parser NAME)")
+    _check_markers(scope, argv, resolved)
+
+
+def _check_markers(scope, argv: list[str], parser: Optional[str]) -> None:
+    """The scope's markers against the served tokenizer and ``parser``'s think tokens (one line)."""
     if parser is not None:
         from sglang.srt.parser.reasoning_parser import ReasoningParser
 
@@ -375,6 +399,7 @@ def main(argv: list[str] | None = None) -> None:
     load_plugins()
     server_args = prepare_server_args(sglang_argv)
     try:
+        check_scope_auto(settings.scope, sglang_argv, server_args)
         check_scope_mixing(settings.scope, server_args)
     except LaunchError as e:
         print(f"sglang_asd.launch_server: error: {e.message}", file=sys.stderr)

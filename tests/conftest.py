@@ -50,9 +50,12 @@ CONFIGS = {
     "dflash": [*DFLASH, "--speculative-draft-model-path", "fixture:tiny-dflash-noisy"],
     "dflash_exact": [*DFLASH, "--speculative-draft-model-path", "fixture:tiny-dflash-exact"],
     # the bigram with Qwen3's think and tool-call markers on its greedy path (sglang_asd/fixtures/tiny_think.py):
-    # asd_scope "reasoning" and the tool_call span preset on a real tokenizer and reasoning parser
+    # asd_scope "reasoning" and the tool_call span preset on a real tokenizer and reasoning parser, the
+    # parser left to SGLang's detection (`auto`: a Qwen3-style chat template makes it qwen3), which the
+    # seams must read as resolved, not as the "auto" the field keeps (state/scope_vocab.py)
     "think": ["--model-path", "fixture:tiny-llama-think", "--speculative-algorithm", "EAGLE",
-              "--speculative-draft-model-path", "fixture:tiny-eagle-think", *SPEC_TINY, "--reasoning-parser", "qwen3"],
+              "--speculative-draft-model-path", "fixture:tiny-eagle-think", *SPEC_TINY, "--reasoning-parser", "auto",
+              "--chat-template", os.path.join(os.path.dirname(__file__), "fixtures", "qwen3_think_template.jinja")],
     # bf16 (the CPU launcher's default dtype): linear layers with float32 accumulation (cpu_backend/seams/cpu_paths.py)
     "eagle_bf16": ["--model-path", "fixture:tiny-llama", "--speculative-algorithm", "EAGLE",
                    "--speculative-draft-model-path", "fixture:tiny-eagle-noisy", *SPEC_TINY, "--dtype", "bfloat16"],

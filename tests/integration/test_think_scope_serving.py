@@ -1,5 +1,6 @@
 """Scopes on a tokenizer with think and tool-call markers: ``asd_scope: "reasoning"`` on a server
-started with ``--reasoning-parser qwen3``, and the ``tool_call`` span preset. One ASD server:
+started with ``--reasoning-parser auto`` (SGLang detects qwen3 from the chat template), and the
+``tool_call`` span preset. One ASD server:
 ``tiny-llama-think`` + its noisy EAGLE head (``sglang_asd/fixtures/tiny_think.py``), with SGLang's
 overlap scheduler (``tests/cpu_overlap.py``), so batch N+1 is scheduled before batch N's commit is
 processed on the host.

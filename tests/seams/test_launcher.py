@@ -308,6 +308,33 @@ def test_a_server_scope_the_served_tokenizer_cannot_mark_is_refused(flags, refus
     assert refused in e.value.message and "\n" not in e.value.message
 
 
+QWEN3_TEMPLATE = str(pathlib.Path(__file__).parents[1] / "fixtures" / "qwen3_think_template.jinja")
+
+
+@pytest.mark.parametrize("model,flags,refused", [
+    ("tiny-llama-think", ["--asd-scope", "reasoning"], "--reasoning-parser auto detects none for the served model"),
+    ("tiny-llama-think", ["--asd-scope", "reasoning", "--chat-template", QWEN3_TEMPLATE], None),
+    ("tiny-llama", ["--asd-scope", "reasoning", "--chat-template", QWEN3_TEMPLATE],
+     "('<think>', '</think>' of --reasoning-parser qwen3) to be single tokens of the served tokenizer"),
+    ("tiny-llama-think", ["--asd-strict-spans", "tool_call"], None),
+])
+def test_a_server_scope_under_reasoning_parser_auto_is_checked_against_what_sglang_resolves(model, flags, refused):
+    """``--reasoning-parser auto``: SGLang detects qwen3 from a Qwen3-style chat template and nothing from
+    tiny-llama-think's own; the check runs SGLang's resolution on a copy of the arguments."""
+    from sglang.srt.server_args import prepare_server_args
+
+    settings, rest = ls.build_argv(["--model-path", f"fixture:{model}", "--reasoning-parser", "auto", *flags])
+    ls.check_scope(settings.scope, rest)  # auto: left to check_scope_auto
+    server_args = prepare_server_args(rest)
+    if refused is None:
+        ls.check_scope_auto(settings.scope, rest, server_args)
+    else:
+        with pytest.raises(ls.LaunchError) as e:
+            ls.check_scope_auto(settings.scope, rest, server_args)
+        assert refused in e.value.message and "\n" not in e.value.message
+    assert server_args.reasoning_parser == "auto"  # the copy was resolved, not SGLang's record
+
+
 @pytest.mark.parametrize("flags,refused", [
     (["--asd-strict-spans", "tool_call"], True), (["--asd-scope", "reasoning"], True), (["--asd-strict-prefix", "8"], False),
     (["--speculative-algorithm", "STANDALONE", "--speculative-draft-model-path", "fixture:tiny-llama-think",

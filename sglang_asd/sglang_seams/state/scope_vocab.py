@@ -45,6 +45,38 @@ def mixes_decode(server_args) -> bool:
     return SpeculativeAlgorithm.from_string(algorithm).supports_mixed_chunk()
 
 
+def served_reasoning_parser(server_args) -> Optional[str]:
+    """The reasoning parser in effect in this process: SGLang resolves ``--reasoning-parser auto`` once at
+    start-up (from the chat template, else the architecture; ``None`` when it detects none) into the
+    config it publishes to every process, and leaves the field as the operator passed it, so reading
+    ``server_args.reasoning_parser`` would give ``"auto"``. Read as SGLang's own readers do (the tokenizer
+    manager's ``config_value``, the scheduler's ``get_serving()``); the field where nothing is published
+    (a process SGLang did not start)."""
+    try:
+        from sglang.srt.runtime_context import get_context
+
+        return get_context().config_leaf("reasoning_parser")
+    except (ImportError, ValueError):
+        return getattr(server_args, "reasoning_parser", None)
+
+
+def resolve_reasoning_parser(server_args) -> Optional[str]:
+    """What ``--reasoning-parser auto`` will resolve to, before SGLang starts: SGLang's own resolution
+    (``resolve_once``, ``resolve_auto_parsers``) run on a copy of ``server_args``, which it leaves as it
+    was. Any other value is returned as it is."""
+    if getattr(server_args, "reasoning_parser", None) != "auto":
+        return getattr(server_args, "reasoning_parser", None)
+    import copy
+
+    from sglang.srt.parser.template_detection import resolve_auto_parsers
+    from sglang.srt.server_args import resolving_view
+
+    trial = copy.deepcopy(server_args)
+    trial.resolve_once()
+    resolve_auto_parsers(trial)
+    return resolving_view(trial).reasoning_parser
+
+
 class ScopeVocab:
     """The served model's markers: ``tokenizer`` (None: skip-tokenizer-init, every span refused),
     the name of SGLang's reasoning parser (None: no ``--reasoning-parser``), and whether the server
@@ -103,7 +135,7 @@ def launcher_vocab() -> Optional[ScopeVocab]:
         return None
     vocab = getattr(manager, "_asd_scope_vocab", None)
     if vocab is None:
-        vocab = ScopeVocab(getattr(manager, "tokenizer", None), getattr(manager.server_args, "reasoning_parser", None),
+        vocab = ScopeVocab(getattr(manager, "tokenizer", None), served_reasoning_parser(manager.server_args),
                            mixes_decode(manager.server_args))
         manager._asd_scope_vocab = vocab
     return vocab
@@ -113,8 +145,7 @@ def scheduler_vocab(scheduler) -> ScopeVocab:
     """The scheduler's vocabulary (its tokenizer and server arguments), made once per scheduler."""
     vocab = getattr(scheduler, "_asd_scope_vocab", None)
     if vocab is None:
-        vocab = ScopeVocab(getattr(scheduler, "tokenizer", None),
-                           getattr(scheduler.server_args, "reasoning_parser", None),
+        vocab = ScopeVocab(getattr(scheduler, "tokenizer", None), served_reasoning_parser(scheduler.server_args),
                            bool(getattr(scheduler, "is_mixed_chunk", mixes_decode(scheduler.server_args))))
         scheduler._asd_scope_vocab = vocab
     return vocab
