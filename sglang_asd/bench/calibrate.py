@@ -36,9 +36,9 @@ Every answer, pass and probe is appended to ``DIR/calibrate_log.jsonl`` as it co
 ``--resume`` continues a stopped run (same configuration, checked), ``--report-only`` rewrites the
 report from the log, with other targets if given. ``--reuse-answers LOG`` takes the phase-1 answers
 of another run's settings that this run also has (the same fields) instead of asking for them again:
-only from a run of the same server (its identity and launch arguments), caps, route, concurrency and
-sampling, whose prompts are all among this run's with the same texts (``reuse_answers``); speed is
-always measured in this run, both arms together. Imports neither SGLang nor torch.
+only from a run of the same server (its identity and launch arguments, and the settings its receipts
+report for each setting), caps, route, concurrency and sampling, whose prompts are all among this
+run's with the same texts (``reuse_answers``); speed is always measured in this run, all arms together. Imports neither SGLang nor torch.
 """
 
 from __future__ import annotations
@@ -234,7 +234,7 @@ def run(args: argparse.Namespace, arms: list[Arm], prompts: list[datasets.Prompt
         fp["server"] = identity(info)
         model = served_model(requests.Session(), url)
         checked = [probe_arm(args.probe_budget)] if args.quick else arms
-        preflight([(a.label, url, GenRequest(text=prompts[0].text, max_new_tokens=1, fields=dict(a.fields),
+        probes = preflight([(a.label, url, GenRequest(text=prompts[0].text, max_new_tokens=1, fields=dict(a.fields),
                                              api=args.api, model=model, tag="preflight", temperature=how.temperature,
                                              top_p=how.top_p, seed=how.seeds[0])) for a in checked], args.timeout)
         log = RunLog.open(log_path, LOG_KIND, fp, args.resume)
@@ -255,7 +255,8 @@ def run(args: argparse.Namespace, arms: list[Arm], prompts: list[datasets.Prompt
             run_quick(args, log, prompts, url, request, k)
         else:
             if args.reuse_answers:
-                reused = reuse_answers(args.reuse_answers, log, arms, prompts)
+                reused = reuse_answers(args.reuse_answers, log, arms, prompts,
+                                       {label: res.receipt for label, res in probes.items()})
                 print(f"reused {sum(reused['answers'].values())} answers of {args.reuse_answers} "
                       f"({', '.join(f'{k}: {v}' for k, v in reused['answers'].items()) or 'none new'})")
             run_quality(args, log, arms, prompts, url, request)
@@ -268,16 +269,36 @@ def run(args: argparse.Namespace, arms: list[Arm], prompts: list[datasets.Prompt
 NOT_ANSWER_KEYS = frozenset({"arms", "prompts", "prompt_hashes", "source", "speed_max_new_tokens", "speed_prompts"})
 
 
-def reuse_answers(path: Path, log: RunLog, arms: list[Arm], prompts: list[datasets.Prompt]) -> dict:
+# Receipt fields that say what a request got rather than which settings it ran under.
+RECEIPT_OUTCOMES = frozenset({"applied", "reason", "spent", "remaining", "exceptions", "relaxed", "suffix_tokens",
+                              "events", "events_truncated", "accrual_held", "accrual_min_headroom"})
+
+
+def receipt_setting(receipt) -> Optional[dict]:
+    """The settings a receipt says its request ran under (rule, budget, the rule's parameters, the
+    accrual, the scope), without what it spent; None without a receipt."""
+    if not isinstance(receipt, dict):
+        return None
+    out = {k: v for k, v in receipt.items() if k not in RECEIPT_OUTCOMES}
+    if isinstance(out.get("scope"), dict):
+        out["scope"] = {k: v for k, v in out["scope"].items() if k != "skipped"}
+    return out
+
+
+def reuse_answers(path: Path, log: RunLog, arms: list[Arm], prompts: list[datasets.Prompt],
+                  receipts: dict[str, Optional[dict]]) -> dict:
     """Append to ``log`` the answers of ``path``'s run (``--reuse-answers``) to the (setting, prompt,
     seed) pairs ``log`` still lacks, each under this run's label of the setting with the same fields.
 
-    An answer depends on the server, its launch arguments (their ``--asd-*`` defaults fill what a
-    request leaves out), the cap, route and sampling, and on the prompt's text; every one of those
-    must equal this run's (``log.header``'s fingerprint, the server identity included) or nothing is
-    taken and the error names the differences. The source's prompts must all be among this run's,
-    with the same texts (its prompt hash recomputed from this run's texts). Failed answers are not
-    taken. Returns the ``reuse`` record it logs (source, its creation time, answers per setting)."""
+    An answer depends on the server, its ``--asd-*`` defaults (which fill what a request leaves out),
+    the cap, route and sampling, and on the prompt's text; every one of those must equal this run's or
+    nothing is taken and the error names the differences: ``log.header``'s fingerprint (server
+    identity and launch arguments included), and, since a server given by ``--url`` shows no launch
+    arguments, the settings each setting's receipt reports (``receipt_setting``) against ``receipts``,
+    this server's answer to the same setting (the preflight's). The source's prompts must all be
+    among this run's, with the same texts (its prompt hash recomputed from this run's texts). Failed
+    answers are not taken. Returns the ``reuse`` record it logs (source, its creation time, answers
+    per setting)."""
     header, records = read_log(path, LOG_KIND)
     src, fp = header["fingerprint"], log.header["fingerprint"]
     if src.get("mode") != "ladder":
@@ -296,11 +317,18 @@ def reuse_answers(path: Path, log: RunLog, arms: list[Arm], prompts: list[datase
         raise ValueError(f"--reuse-answers: {path}'s prompts have other texts than this run's under the same ids")
     arm_of = {_fields_key(a.fields): a for a in arms}
     done = set(calibrate_summary.latest(log.records))
-    taken: dict[str, int] = {}
+    chosen = []
     for (_, task, tag, seed), r in calibrate_summary.latest(records).items():
         arm = arm_of.get(_fields_key(r["fields"]))
-        if arm is None or not r["ok"] or (arm.label, task, tag, seed) in done:
-            continue
+        if arm is not None and r["ok"] and (arm.label, task, tag, seed) not in done:
+            chosen.append((arm, r))
+    for label, r in {arm.label: r for arm, r in chosen}.items():  # every setting checked before any is taken
+        theirs, ours = receipt_setting(r.get("receipt")), receipt_setting(receipts.get(label))
+        if theirs != ours:
+            raise ValueError(f"--reuse-answers: setting {label} ran under other settings in {path} "
+                             f"(its receipt: {theirs}; this server's: {ours})")
+    taken: dict[str, int] = {}
+    for arm, r in chosen:
         log.append({**r, "arm": arm.label, "fields": dict(arm.fields), "reused_from": header["created"]})
         taken[arm.label] = taken.get(arm.label, 0) + 1
     record = {"kind": "reuse", "from": str(path), "created": header["created"], "answers": taken}

@@ -82,15 +82,17 @@ def run_pass(base_url: str, requests_: Sequence[GenRequest], concurrency: int, t
     return PassResult(results=[r for r in results if r is not None], wall_s=wall)
 
 
-def preflight(checks: Sequence[tuple[str, str, GenRequest]], timeout: float = 600.0) -> None:
+def preflight(checks: Sequence[tuple[str, str, GenRequest]], timeout: float = 600.0) -> dict[str, GenResult]:
     """Send one short request per ``(arm label, url, request)`` before hours of measurement; an
     arm the server rejects (HTTP 4xx, e.g. a gate above the server's) is a ValueError naming the
-    arm and quoting the server, so a bad configuration fails in seconds, not mid-run."""
-    rejected = []
+    arm and quoting the server, so a bad configuration fails in seconds, not mid-run. Returns each
+    arm's result (its receipt says the settings the server gives the arm)."""
+    rejected, results = [], {}
     session = requests.Session()
     for label, url, req in checks:
-        res = send(session, url, req, timeout=timeout)
+        res = results[label] = send(session, url, req, timeout=timeout)
         if res.status is not None and 400 <= res.status < 500:
             rejected.append(f"arm {label}: {res.error}")
     if rejected:
         raise ValueError("the server rejects " + "; ".join(rejected))
+    return results

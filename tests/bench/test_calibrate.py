@@ -388,6 +388,20 @@ def test_reused_answers_are_taken_only_from_a_run_of_the_same_configuration(fake
     assert calibrate.main(base + ["--limit", "8", "--budgets", "0,2", "--arms", "eight:asd_budget=8",
                                   "--reuse-answers", str(source), "--out", str(later), "--resume"]) == 0
     assert "reused 0 answers" in capsys.readouterr().out
+    # a server that runs a setting under other settings than the source's (its --asd-* defaults, which
+    # a --url run cannot see in a launch line) gives nothing: the receipts' settings are compared
+    header, _ = calibrate.read_log(later / calibrate.LOG_NAME, calibrate.LOG_KIND)
+    fresh = calibrate.RunLog.open(tmp_path / "fresh" / calibrate.LOG_NAME, calibrate.LOG_KIND, header["fingerprint"],
+                                  resume=False)
+    arms = [STRICT_ARM, Arm("eight", {"asd_budget": 8.0})]
+    prompts = datasets.load_prompts("gsm8k", 8)
+    ours = {label: next(r["receipt"] for r in items if r["arm"] == label) for label in ("strict", "eight")}
+    assert calibrate.reuse_answers(source, fresh, arms, prompts, ours)["answers"] == {"strict": 4, "eight": 4}
+    fresh = calibrate.RunLog.open(tmp_path / "fresh2" / calibrate.LOG_NAME, calibrate.LOG_KIND, header["fingerprint"],
+                                  resume=False)
+    with pytest.raises(ValueError, match="setting eight ran under other settings .*'gate': 0.25.*'gate': 0.1"):
+        calibrate.reuse_answers(source, fresh, arms, prompts, {**ours, "eight": {**ours["eight"], "gate": 0.1}})
+    assert not [r for r in calibrate.read_log(fresh.path, calibrate.LOG_KIND)[1] if r["kind"] == "item"]
     # another cap, or prompts this run lacks: nothing is taken and the error says why
     with pytest.raises(SystemExit, match="another configuration; differences: max_new_tokens"):
         calibrate.main(base[:5] + ["64"] + base[6:] + ["--limit", "8", "--reuse-answers", str(source),
