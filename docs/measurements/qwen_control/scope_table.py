@@ -4,7 +4,9 @@
 ``calibrate_log.jsonl`` (or its published ``.gz``). Over the items every arm answered, per scoped arm
 against the reference arm: accuracy and its paired change with Tango's interval (items lost / gained),
 mean spend, exceptions and positions the scope kept strict per request (receipt ``scope.skipped``), the
-share of answers holding the span's open marker, and how often the text equals the reference's. Speed
+share of answers holding the span's open marker, how often the text equals the reference's, the answers
+written as a Python program (with their accuracy) and those whose first exception is at output
+position 1 or 2 (the answer's format is chosen there). Speed
 at fixed work is in the run's own report (``calibrate.md``: each arm against strict).
 """
 
@@ -34,8 +36,9 @@ def items(folder: Path) -> dict[str, dict[str, dict]]:
 def table(by_arm: dict, reference: str, arms: list[str], marker: str) -> list[str]:
     tags = sorted(set.intersection(*(set(by_arm[a]) for a in [reference, "strict", *arms])))
     rows = ["| arm | n | accuracy | Δ accuracy vs " + reference + ", pp [95% CI] | lost/gained | spent/req (nats) | "
-            "exceptions/req | kept strict by the scope/req | answers with `" + marker + "` | text = " + reference + " |",
-            "| --- | ---: | ---: | --- | --- | ---: | ---: | ---: | ---: | ---: |"]
+            "exceptions/req | kept strict by the scope/req | answers with `" + marker + "` | text = " + reference + " | "
+            "Python answers (their accuracy) | first event at output position <= 2 |",
+            "| --- | ---: | ---: | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
     ref = [bool(by_arm[reference][t].get("correct")) for t in tags]
     for arm in ["strict", reference, *arms]:
         recs = [by_arm[arm][t] for t in tags]
@@ -45,13 +48,16 @@ def table(by_arm: dict, reference: str, arms: list[str], marker: str) -> list[st
         delta = "reference" if arm == reference else \
             f"{100 * (sum(right) - sum(ref)) / len(tags):+.1f} [{100 * ci[0]:+.1f}, {100 * ci[1]:+.1f}]"
         receipt = [r.get("receipt") or {} for r in recs]
+        code = [r for r in recs if "```python" in r["text"]]  # answers written as a program
         mean = lambda f: statistics.mean(f(x) for x in receipt)  # noqa: E731
         rows.append(
             f"| {arm} | {len(tags)} | {sum(right) / len(tags):.3f} | {delta} | "
             f"{'' if arm == reference else f'{lost}/{gained}'} | {mean(lambda x: x.get('spent', 0.0)):.2f} | "
             f"{mean(lambda x: x.get('exceptions', 0)):.2f} | {mean(lambda x: (x.get('scope') or {}).get('skipped', 0)):.2f} | "
             f"{sum(marker in r['text'] for r in recs) / len(tags):.2f} | "
-            f"{sum(r['text'] == by_arm[reference][t]['text'] for r, t in zip(recs, tags)) / len(tags):.2f} |")
+            f"{sum(r['text'] == by_arm[reference][t]['text'] for r, t in zip(recs, tags)) / len(tags):.2f} | "
+            f"{len(code)} ({sum(bool(r.get('correct')) for r in code) / max(len(code), 1):.2f}) | "
+            f"{sum(1 for r in recs if r.get('first_event_pos') is not None and r['first_event_pos'] <= 2)} |")
     return rows
 
 
