@@ -22,6 +22,14 @@
 #   4. where_k4: where and how fast a request may spend, at budget 8 against budget 8 unscoped, on both
 #      tasks: the first 64 output tokens strict (`asd_strict_prefix`), and per-token budgets
 #      (`asd_budget_per_token`) at the rates that spend 2 and 8 nats over 512 tokens.
+#   5. long2_k4: long_k4's work again, two repeats: budget 4 (a fixed budget of the rate r8's mean spend
+#      in long_k4: the rate against a fixed budget at equal spend), r8, budget 8, FLy at vLLM's defaults
+#      and FLy under the ledger at 8 (FLy's long run).
+#   6. quick_k4: the article's percentile recipe (`calibrate --quick`) on 32 prompts (16 per task), on
+#      a server whose gate (8) admits every first rejection: the starting point beside calib's answer.
+#   7. fly_k8, fly_tree: step 3 on the chain K = 8 (where relaxation gains most) and on the tree (topk 2,
+#      4 steps, 8 draft tokens: strict's best shape in the depth study): strict, asd 2 and 8, FLy, FLy
+#      under the ledger at 8.
 # Every step runs on one server configuration, and each step's quality phase takes the answers an earlier
 # step already has for the same setting and prompt (`calibrate --reuse-answers`, which checks that server,
 # launch, caps and prompts are the same): calib takes scope_gsm8k's strict and budget 8 GSM8K answers,
@@ -41,11 +49,16 @@ chain_setup control run.log
 
 RULE_CEILINGS="--asd-max-budget 64"
 if [ "${SMOKE:-0}" = 1 ]; then
-    SERVER="$RULE_CEILINGS"; LIMIT=2; CAP=48; SPEED_TOKENS=16; SPEED_PROMPTS=4; MIN_GB=3
+    SERVER="$RULE_CEILINGS"; SERVER_K8=$SERVER; SERVER_TREE=$SERVER
+    LIMIT=2; CAP=48; SPEED_TOKENS=16; SPEED_PROMPTS=4; MIN_GB=3
 else
-    SERVER="--model-path fixture:qwen2.5-coder-1.5b --speculative-algorithm STANDALONE \
---speculative-draft-model-path fixture:qwen2.5-coder-0.5b --speculative-num-steps 4 --speculative-eagle-topk 1 \
---speculative-num-draft-tokens 5 --mem-fraction-static 0.8 --max-total-tokens 32768 \
+    PAIR="--model-path fixture:qwen2.5-coder-1.5b --speculative-algorithm STANDALONE \
+--speculative-draft-model-path fixture:qwen2.5-coder-0.5b --mem-fraction-static 0.8 --max-total-tokens 32768"
+    SERVER="$PAIR --speculative-num-steps 4 --speculative-eagle-topk 1 --speculative-num-draft-tokens 5 \
+$RULE_CEILINGS ${SERVER_EXTRA:-}"
+    SERVER_K8="$PAIR --speculative-num-steps 8 --speculative-eagle-topk 1 --speculative-num-draft-tokens 9 \
+$RULE_CEILINGS ${SERVER_EXTRA:-}"
+    SERVER_TREE="$PAIR --speculative-num-steps 4 --speculative-eagle-topk 2 --speculative-num-draft-tokens 8 \
 $RULE_CEILINGS ${SERVER_EXTRA:-}"
     LIMIT=${LIMIT:-100}; CAP=384; SPEED_TOKENS=128; SPEED_PROMPTS=72; MIN_GB=9
 fi
@@ -84,4 +97,17 @@ step fly_k4 sglang_asd.calibrate --launch="$SERVER" --budgets 2,8 --arms "$FLY_A
 
 step where_k4 sglang_asd.calibrate --launch="$SERVER" --budgets 8 \
     --arms "p64:asd_budget=8,asd_strict_prefix=64;$RATES" $COMMON $CALIB_ANSWERS --out "$OUT/where_k4"
+
+FLY8="fly:asd_budget=8,asd_rule=fly,$T3;flyb8:asd_budget=8,asd_rule=fly-bounded,$T3"
+step long2_k4 scripts/lab/speed.py --launch="$SERVER" --budgets 0,4,8 --arms "r8:asd_budget_per_token=0.0156;$FLY8" \
+    --dataset gsm8k $LONG_WORK --repeats 2 --schedule rounds --timeout 3600 --launch-timeout 1800 --resume \
+    --out "$OUT/long2_k4"
+
+QUICK_LIMIT=16; [ "${SMOKE:-0}" = 1 ] && QUICK_LIMIT=2
+step quick_k4 sglang_asd.calibrate --launch="$SERVER --asd-gate 8" --quick --tasks gsm8k,humaneval \
+    --limit $QUICK_LIMIT --api chat --max-new-tokens $CAP --concurrency 24 --timeout 3600 --launch-timeout 1800 \
+    --resume --out "$OUT/quick_k4"
+
+step fly_k8 sglang_asd.calibrate --launch="$SERVER_K8" --budgets 2,8 --arms "$FLY8" $COMMON --out "$OUT/fly_k8"
+step fly_tree sglang_asd.calibrate --launch="$SERVER_TREE" --budgets 2,8 --arms "$FLY8" $COMMON --out "$OUT/fly_tree"
 log "run.sh finished"
