@@ -1,0 +1,125 @@
+"""FLy against asd, setting by setting: speed at fixed work against the accuracy change, per rule.
+
+``python docs/measurements/qwen_control/frontier.py K=4:DIR [K=8:DIR ...] [--plot PNG]``: each DIR is one
+calibrate run (one drafter shape, its own strict), named by the text before the colon. Per setting, against
+that run's strict: its rule (``asd_rule``, ``asd`` when unset), tok/s at fixed work with the run's interval,
+tokens per verify round at fixed work, spend per request at natural stop (mean and worst), the pooled
+accuracy change with its interval (the run's own figures, ``calibrate.json``) and the change per task (paired
+by item, Tango's interval: ``task_table.py``'s). Settings of different runs pair only through their own
+strict: two shapes ran on two servers at two times.
+
+``--plot``: tok/s against accuracy change, both intervals, one colour per rule and one marker per shape, each
+rule's settings of a shape joined in order of speed: the frontier a user picks from.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from sglang_asd.bench.stats import discordant, paired_proportion_diff_ci
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from task_table import by_task  # noqa: E402  (the per-item records, shared with the per-task table)
+
+RULE_COLOURS = {"strict": "black", "asd": "tab:blue", "fly": "tab:orange", "fly-bounded": "tab:green"}
+MARKERS = "osD^v<>"
+
+
+def rule_of(row: dict) -> str:
+    if row["arm"] == "strict":
+        return "strict"
+    return str(row.get("field_values", {}).get("asd_rule", "asd"))
+
+
+def task_delta(items: dict, arm: str) -> str:
+    """Accuracy change of ``arm`` against strict on one task, over the items both answered."""
+    if arm not in items or "strict" not in items:
+        return "n/a"
+    tags = sorted(set(items[arm]) & set(items["strict"]))
+    ref = [bool(items["strict"][t].get("correct")) for t in tags]
+    right = [bool(items[arm][t].get("correct")) for t in tags]
+    lost, gained = discordant(ref, right)
+    lo, hi = paired_proportion_diff_ci(lost, gained, len(tags))
+    return f"{100 * (sum(right) - sum(ref)) / len(tags):+.1f} [{100 * lo:+.1f}, {100 * hi:+.1f}]"
+
+
+def load(spec: str) -> tuple[str, list[dict], dict]:
+    name, sep, folder = spec.partition(":")
+    if not sep:
+        raise SystemExit(f"{spec!r}: expected NAME:DIR (for example K=4:results/fly_k4)")
+    path = Path(folder)
+    report = json.loads((path / "calibrate.json").read_text())
+    return name, report["rows"], by_task(path)
+
+
+def table(runs: list[tuple[str, list[dict], dict]]) -> list[str]:
+    tasks = sorted({t for _, _, items in runs for t in items})
+    head = ["drafts", "setting", "rule", "tok/s vs strict, fixed work [95% CI]", "tokens / verify round (vs strict)",
+            "spent/req mean, worst", "Δ accuracy, pp [95% CI]"] + [f"Δ {t}, pp [95% CI]" for t in tasks]
+    out = ["| " + " | ".join(head) + " |", "| " + " | ".join("---" for _ in head) + " |"]
+    for name, rows, items in runs:
+        for r in rows:
+            strict = r["arm"] == "strict"
+            cells = [name, r["arm"], rule_of(r),
+                     "1.000" if strict else r["speed_cell"].replace(" (prompts)", "").replace(" (repeats)", ""),
+                     f"{r['accept_length']:.2f}" if strict else r["accept_cell"],
+                     f"{r['spent_mean']:.2f}, {r['spent_max']:.2f}",
+                     "reference" if strict else r["acc_cell"].split(" (n=")[0]]
+            cells += ["reference" if strict else task_delta(items[t], r["arm"]) for t in tasks]
+            out.append("| " + " | ".join(cells) + " |")
+    return out
+
+
+def plot(runs: list[tuple[str, list[dict], dict]], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(8.5, 5.5))
+    for (name, rows, _), marker in zip(runs, MARKERS):
+        by_rule: dict[str, list[dict]] = {}
+        for r in rows:
+            if r["arm"] != "strict" and r.get("speed") is not None and r.get("acc_delta") is not None:
+                by_rule.setdefault(rule_of(r), []).append(r)
+        for rule, pts in by_rule.items():
+            pts.sort(key=lambda r: r["speed"])
+            colour = RULE_COLOURS.get(rule, "tab:gray")
+            xs = [r["speed"] for r in pts]
+            ys = [100 * r["acc_delta"] for r in pts]
+            xerr = [[x - r["speed_ci"][0] for x, r in zip(xs, pts)], [r["speed_ci"][1] - x for x, r in zip(xs, pts)]]
+            yerr = [[y - 100 * r["acc_delta_ci"][0] for y, r in zip(ys, pts)],
+                    [100 * r["acc_delta_ci"][1] - y for y, r in zip(ys, pts)]]
+            ax.errorbar(xs, ys, xerr=xerr, yerr=yerr, fmt=marker + "-", color=colour, alpha=0.85, capsize=2,
+                        lw=1, label=f"{rule}, {name}")
+            for x, y, r in zip(xs, ys, pts):
+                ax.annotate(r["arm"], (x, y), textcoords="offset points", xytext=(4, 4), fontsize=7)
+        ax.plot([1.0], [0.0], marker, color="black")
+    ax.axhline(0, color="gray", lw=0.6, ls=":")
+    ax.axvline(1, color="gray", lw=0.6, ls=":")
+    ax.set_xlabel("tok/s vs strict of the same drafts, fixed work (95% CI)")
+    ax.set_ylabel("accuracy - strict's, points, GSM8K + HumanEval (95% CI)")
+    ax.set_title("FLy against asd: speed and accuracy per setting")
+    ax.legend(fontsize=8, loc="best")
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(path, dpi=130)
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("runs", nargs="+", help="NAME:DIR, one calibrate run per drafter shape")
+    p.add_argument("--plot", type=Path, help="write the frontier figure here")
+    args = p.parse_args()
+    runs = [load(s) for s in args.runs]
+    print("\n".join(table(runs)))
+    if args.plot:
+        plot(runs, args.plot)
+        print(f"\nwrote {args.plot}")
+
+
+if __name__ == "__main__":
+    main()
