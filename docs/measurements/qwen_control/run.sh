@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # One resumable chain on the Qwen2.5-Coder 1.5B + 0.5B pair (STANDALONE K = 4, SGLang's own draft flow,
-# CPU) whose arms answer three questions on the same prompts and server configuration:
+# CPU) whose arms answer four questions (scopes, budgets from a target, per-token budgets, FLy) on the same
+# prompts:
 #   0. scope_gsm8k: what keeping the answer exact costs and buys (issue 50), GSM8K only, first 100 items:
 #      strict, budget 8, budget 8 with the final answer strict (`asd_strict_spans`: from `boxed`, a single
 #      token of this tokenizer that opens the model's `\boxed{...}` answer, to the end; the close marker
@@ -19,18 +20,19 @@
 #      asd 2 and 8, FLy at vLLM's defaults (entropy threshold 0.3, top 3, window min(6, K - 1)) and at
 #      thresholds 0.6 and 0.9, FLy under the ledger (`fly-bounded`) at 2 and 8; the same prompts,
 #      caps and fixed work as step 1.
-#   4. where_k4: where and how fast a request may spend, at budget 8 against budget 8 unscoped, on both
-#      tasks: the first 64 output tokens strict (`asd_strict_prefix`), and per-token budgets
-#      (`asd_budget_per_token`) at the rates that spend 2 and 8 nats over 512 tokens.
-#   5. long2_k4: long_k4's work again, two repeats: budget 4 (a fixed budget of the rate r8's mean spend
+#   4. long2_k4: long_k4's work again, two repeats: budget 4 (a fixed budget of the rate r8's mean spend
 #      in long_k4: the rate against a fixed budget at equal spend), r8, budget 8, FLy at vLLM's defaults
 #      and FLy under the ledger at 8 (FLy's long run).
-#   6. quick_k4: the article's percentile recipe (`calibrate --quick`) on 32 prompts (16 per task), on
+#   5. quick_k4: the article's percentile recipe (`calibrate --quick`) on 32 prompts (16 per task), on
 #      a server whose gate (8) admits every first rejection: the starting point beside calib's answer.
+#   6. where_k4: where and how fast a request may spend, at budget 8 against budget 8 unscoped, on both
+#      tasks: the first 64 output tokens strict (`asd_strict_prefix`), and per-token budgets
+#      (`asd_budget_per_token`) at the rates that spend 2 and 8 nats over 512 tokens.
 #   7. fly_k8, fly_tree: step 3 on the chain K = 8 (where relaxation gains most) and on the tree (topk 2,
 #      4 steps, 8 draft tokens: strict's best shape in the depth study): strict, asd 2 and 8, FLy, FLy
 #      under the ledger at 8.
-# Every step runs on one server configuration, and each step's quality phase takes the answers an earlier
+# Steps 0-4 and 6 run on one server configuration (5 widens the gate, 7 changes the drafts), and each step's
+# quality phase takes the answers an earlier
 # step already has for the same setting and prompt (`calibrate --reuse-answers`, which checks that server,
 # launch, caps and prompts are the same): calib takes scope_gsm8k's strict and budget 8 GSM8K answers,
 # fly_k4 and where_k4 take calib's strict, 2 and 8. Speed at fixed work is measured in every step, all its
@@ -95,9 +97,6 @@ CALIB_ANSWERS="--reuse-answers $OUT/calib/calibrate_log.jsonl"
 step fly_k4 sglang_asd.calibrate --launch="$SERVER" --budgets 2,8 --arms "$FLY_ARMS" $COMMON $CALIB_ANSWERS \
     --out "$OUT/fly_k4"
 
-step where_k4 sglang_asd.calibrate --launch="$SERVER" --budgets 8 \
-    --arms "p64:asd_budget=8,asd_strict_prefix=64;$RATES" $COMMON $CALIB_ANSWERS --out "$OUT/where_k4"
-
 FLY8="fly:asd_budget=8,asd_rule=fly,$T3;flyb8:asd_budget=8,asd_rule=fly-bounded,$T3"
 step long2_k4 scripts/lab/speed.py --launch="$SERVER" --budgets 0,4,8 --arms "r8:asd_budget_per_token=0.0156;$FLY8" \
     --dataset gsm8k $LONG_WORK --repeats 2 --schedule rounds --timeout 3600 --launch-timeout 1800 --resume \
@@ -107,6 +106,9 @@ QUICK_LIMIT=16; [ "${SMOKE:-0}" = 1 ] && QUICK_LIMIT=2
 step quick_k4 sglang_asd.calibrate --launch="$SERVER --asd-gate 8" --quick --tasks gsm8k,humaneval \
     --limit $QUICK_LIMIT --api chat --max-new-tokens $CAP --concurrency 24 --timeout 3600 --launch-timeout 1800 \
     --resume --out "$OUT/quick_k4"
+
+step where_k4 sglang_asd.calibrate --launch="$SERVER" --budgets 8 \
+    --arms "p64:asd_budget=8,asd_strict_prefix=64;$RATES" $COMMON $CALIB_ANSWERS --out "$OUT/where_k4"
 
 step fly_k8 sglang_asd.calibrate --launch="$SERVER_K8" --budgets 2,8 --arms "$FLY8" $COMMON --out "$OUT/fly_k8"
 step fly_tree sglang_asd.calibrate --launch="$SERVER_TREE" --budgets 2,8 --arms "$FLY8" $COMMON --out "$OUT/fly_tree"
