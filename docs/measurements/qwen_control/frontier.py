@@ -19,10 +19,8 @@ import json
 import sys
 from pathlib import Path
 
-from sglang_asd.bench.stats import discordant, paired_proportion_diff_ci
-
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from task_table import by_task  # noqa: E402  (the per-item records, shared with the per-task table)
+from task_table import by_task, paired_change  # noqa: E402  (shared with the per-task table)
 
 RULE_COLOURS = {"strict": "black", "asd": "tab:blue", "fly": "tab:orange", "fly-bounded": "tab:green"}
 MARKERS = "osD^v<>"
@@ -39,11 +37,8 @@ def task_delta(items: dict, arm: str) -> str:
     if arm not in items or "strict" not in items:
         return "n/a"
     tags = sorted(set(items[arm]) & set(items["strict"]))
-    ref = [bool(items["strict"][t].get("correct")) for t in tags]
-    right = [bool(items[arm][t].get("correct")) for t in tags]
-    lost, gained = discordant(ref, right)
-    lo, hi = paired_proportion_diff_ci(lost, gained, len(tags))
-    return f"{100 * (sum(right) - sum(ref)) / len(tags):+.1f} [{100 * lo:+.1f}, {100 * hi:+.1f}]"
+    return paired_change([bool(items["strict"][t].get("correct")) for t in tags],
+                         [bool(items[arm][t].get("correct")) for t in tags])[0]
 
 
 def load(spec: str) -> tuple[str, list[dict], dict]:

@@ -12,24 +12,21 @@ at fixed work is in the run's own report (``calibrate.md``: each arm against str
 
 from __future__ import annotations
 
-import argparse
 import collections
-import json
 import statistics
+import sys
 from pathlib import Path
 
-from sglang_asd.bench import runlog
-from sglang_asd.bench.stats import discordant, paired_proportion_diff_ci
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from task_table import arg_parser, by_task, paired_change  # noqa: E402  (shared with the per-task table)
 
 
 def items(folder: Path) -> dict[str, dict[str, dict]]:
-    """arm -> tag -> the item record, for the items answered without error."""
+    """arm -> tag -> the item record, for the items answered without error (every task of the run)."""
     by_arm: dict[str, dict[str, dict]] = collections.defaultdict(dict)
-    with runlog.open_text(folder / "calibrate_log.jsonl") as f:
-        for line in f:
-            rec = json.loads(line)
-            if rec.get("kind") == "item" and rec.get("ok"):
-                by_arm[rec["arm"]][rec["tag"]] = rec
+    for arms in by_task(folder).values():
+        for arm, recs in arms.items():
+            by_arm[arm].update(recs)
     return by_arm
 
 
@@ -43,10 +40,8 @@ def table(by_arm: dict, reference: str, arms: list[str], marker: str) -> list[st
     for arm in ["strict", reference, *arms]:
         recs = [by_arm[arm][t] for t in tags]
         right = [bool(r.get("correct")) for r in recs]
-        lost, gained = discordant(ref, right)
-        ci = paired_proportion_diff_ci(lost, gained, len(tags))
-        delta = "reference" if arm == reference else \
-            f"{100 * (sum(right) - sum(ref)) / len(tags):+.1f} [{100 * ci[0]:+.1f}, {100 * ci[1]:+.1f}]"
+        change, lost, gained = paired_change(ref, right)
+        delta = "reference" if arm == reference else change
         receipt = [r.get("receipt") or {} for r in recs]
         code = [r for r in recs if "```python" in r["text"]]  # answers written as a program
         mean = lambda f: statistics.mean(f(x) for x in receipt)  # noqa: E731
@@ -62,8 +57,7 @@ def table(by_arm: dict, reference: str, arms: list[str], marker: str) -> list[st
 
 
 def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("folder", type=Path)
+    p = arg_parser(__doc__)
     p.add_argument("--reference", default="b8", help="the unscoped arm at the same budget (default b8)")
     p.add_argument("--arms", default="ans8,p16", help="the scoped arms (default ans8,p16)")
     p.add_argument("--marker", default="boxed", help="the answer span's open marker, as text (default boxed)")

@@ -30,6 +30,21 @@ def by_task(folder: Path) -> dict[str, dict[str, dict[str, dict]]]:
     return out
 
 
+def paired_change(ref: list[bool], right: list[bool]) -> tuple[str, int, int]:
+    """The accuracy change of ``right`` against ``ref`` (the same items, in order) in points with Tango's
+    interval, ``"+13.0 [+3.4, +23.0]"``, and the items lost and gained."""
+    lost, gained = discordant(ref, right)
+    lo, hi = paired_proportion_diff_ci(lost, gained, len(ref))
+    return f"{100 * (sum(right) - sum(ref)) / len(ref):+.1f} [{100 * lo:+.1f}, {100 * hi:+.1f}]", lost, gained
+
+
+def arg_parser(doc: str) -> argparse.ArgumentParser:
+    """The parser every table of this folder starts from: its docstring as help, one run folder."""
+    p = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("folder", type=Path, help="a calibrate run: calibrate_log.jsonl or its published .gz")
+    return p
+
+
 def rows(task: str, arms: dict[str, dict[str, dict]], order: list[str], reference: str) -> list[str]:
     names = [a for a in order if a in arms]
     tags = sorted(set.intersection(*(set(arms[a]) for a in names)))
@@ -38,10 +53,8 @@ def rows(task: str, arms: dict[str, dict[str, dict]], order: list[str], referenc
     for arm in names:
         recs = [arms[arm][t] for t in tags]
         right = [bool(r.get("correct")) for r in recs]
-        lost, gained = discordant(ref, right)
-        lo, hi = paired_proportion_diff_ci(lost, gained, len(tags))
-        delta = "reference" if arm == reference else \
-            f"{100 * (sum(right) - sum(ref)) / len(tags):+.1f} [{100 * lo:+.1f}, {100 * hi:+.1f}] ({lost}/{gained})"
+        change, lost, gained = paired_change(ref, right)
+        delta = "reference" if arm == reference else f"{change} ({lost}/{gained})"
         spent = [(r.get("receipt") or {}).get("spent", 0.0) for r in recs]
         exceptions = statistics.mean((r.get("receipt") or {}).get("exceptions", 0) for r in recs)
         tokens = sum(r["completion_tokens"] for r in recs)
@@ -54,8 +67,7 @@ def rows(task: str, arms: dict[str, dict[str, dict]], order: list[str], referenc
 
 
 def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("folder", type=Path)
+    p = arg_parser(__doc__)
     p.add_argument("--arms", help="arms in table order (default: strict, then the log's in their order)")
     p.add_argument("--reference", default="strict", help="the arm every other is paired with (default strict)")
     a = p.parse_args()
