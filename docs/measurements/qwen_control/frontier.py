@@ -8,7 +8,11 @@ accuracy change with its interval (the run's own figures, ``calibrate.json``) an
 by item, Tango's interval: ``task_table.py``'s). Settings of different runs pair only through their own
 strict: two shapes ran on two servers at two times.
 
-``--plot``: tok/s against accuracy change, both intervals, one colour per rule and one marker per shape, each
+``--pair A/B`` (repeatable): two settings of each run against each other, prompt by prompt at fixed work:
+the geometric mean over prompts of A's tokens per verify round over B's, with its bootstrap interval (the
+same prompts, passes of one run; the work per round does not move with the machine as tok/s does).
+
+``--plot``: tok/s (``--x work``: tokens per verify round) against accuracy change, both intervals, one colour per rule and one marker per shape, each
 rule's settings of a shape joined in order of speed: the frontier a user picks from.
 """
 
@@ -21,6 +25,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from task_table import by_task, paired_change  # noqa: E402  (shared with the per-task table)
+
+from sglang_asd.bench import runlog  # noqa: E402
+from sglang_asd.bench.calibrate import LOG_KIND, LOG_NAME  # noqa: E402
+from sglang_asd.bench.stats import bootstrap_ci, geometric_mean  # noqa: E402
 
 RULE_COLOURS = {"strict": "black", "asd": "tab:blue", "fly": "tab:orange", "fly-bounded": "tab:green"}
 MARKERS = "osD^v<>"
@@ -68,24 +76,58 @@ def table(runs: list[tuple[str, list[dict], dict]]) -> list[str]:
     return out
 
 
-def plot(runs: list[tuple[str, list[dict], dict]], path: Path) -> None:
+def work_per_round(folder: Path) -> dict[str, dict[str, list[float]]]:
+    """setting -> prompt -> tokens per verify round at fixed work, one value per pass of the run log."""
+    _, records = runlog.read_log(folder / LOG_NAME, LOG_KIND)
+    out: dict = {}
+    for r in records:
+        if r.get("kind") == "pass":
+            for q in r["requests"]:
+                if q.get("ok") and q.get("spec_verify_ct"):
+                    out.setdefault(r["arm"], {}).setdefault(q["tag"], []).append(
+                        q["completion_tokens"] / q["spec_verify_ct"])
+    return out
+
+
+def pair_lines(runs: list[str], pairs: list[str]) -> list[str]:
+    out = ["| drafts | A / B | prompts | tokens per round, A over B, per prompt [95% CI] |", "| --- | --- | ---: | --- |"]
+    for spec in runs:
+        name, _, folder = spec.partition(":")
+        work = work_per_round(Path(folder))
+        for pair in pairs:
+            a, _, b = pair.partition("/")
+            if a not in work or b not in work:
+                raise SystemExit(f"--pair {pair}: {name} has no fixed-work passes of {a if a not in work else b}")
+            tags = sorted(set(work[a]) & set(work[b]))
+            ratios = [geometric_mean(work[a][t]) / geometric_mean(work[b][t]) for t in tags]
+            lo, hi = bootstrap_ci(ratios, "gmean")
+            out.append(f"| {name} | {a} / {b} | {len(tags)} | {geometric_mean(ratios):.3f} [{lo:.3f}, {hi:.3f}] |")
+    return out
+
+
+AXES = {"speed": ("speed", "speed_ci", "tok/s vs strict of the same drafts, fixed work (95% CI)"),
+        "work": ("accept_ratio", "accept_ratio_ci", "tokens per verify round vs strict's, fixed work (95% CI)")}
+
+
+def plot(runs: list[tuple[str, list[dict], dict]], path: Path, x_axis: str = "speed") -> None:
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    x_key, x_ci, x_label = AXES[x_axis]
     fig, ax = plt.subplots(figsize=(8.5, 5.5))
     for (name, rows, _), marker in zip(runs, MARKERS):
         by_rule: dict[str, list[dict]] = {}
         for r in rows:
-            if r["arm"] != "strict" and r.get("speed") is not None and r.get("acc_delta") is not None:
+            if r["arm"] != "strict" and r.get(x_key) is not None and r.get("acc_delta") is not None:
                 by_rule.setdefault(rule_of(r), []).append(r)
         for rule, pts in by_rule.items():
-            pts.sort(key=lambda r: r["speed"])
+            pts.sort(key=lambda r: r[x_key])
             colour = RULE_COLOURS.get(rule, "tab:gray")
-            xs = [r["speed"] for r in pts]
+            xs = [r[x_key] for r in pts]
             ys = [100 * r["acc_delta"] for r in pts]
-            xerr = [[x - r["speed_ci"][0] for x, r in zip(xs, pts)], [r["speed_ci"][1] - x for x, r in zip(xs, pts)]]
+            xerr = [[x - r[x_ci][0] for x, r in zip(xs, pts)], [r[x_ci][1] - x for x, r in zip(xs, pts)]]
             yerr = [[y - 100 * r["acc_delta_ci"][0] for y, r in zip(ys, pts)],
                     [100 * r["acc_delta_ci"][1] - y for y, r in zip(ys, pts)]]
             ax.errorbar(xs, ys, xerr=xerr, yerr=yerr, fmt=marker + "-", color=colour, alpha=0.85, capsize=2,
@@ -95,9 +137,9 @@ def plot(runs: list[tuple[str, list[dict], dict]], path: Path) -> None:
         ax.plot([1.0], [0.0], marker, color="black")
     ax.axhline(0, color="gray", lw=0.6, ls=":")
     ax.axvline(1, color="gray", lw=0.6, ls=":")
-    ax.set_xlabel("tok/s vs strict of the same drafts, fixed work (95% CI)")
+    ax.set_xlabel(x_label)
     ax.set_ylabel("accuracy - strict's, points, GSM8K + HumanEval (95% CI)")
-    ax.set_title("FLy against asd: speed and accuracy per setting")
+    ax.set_title("FLy against asd, per setting")
     ax.legend(fontsize=8, loc="best")
     ax.grid(alpha=0.3)
     fig.tight_layout()
@@ -107,12 +149,17 @@ def plot(runs: list[tuple[str, list[dict], dict]], path: Path) -> None:
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("runs", nargs="+", help="NAME:DIR, one calibrate run per drafter shape")
+    p.add_argument("--pair", action="append", default=[], metavar="A/B",
+                   help="two settings' tokens per verify round, prompt by prompt (repeatable)")
     p.add_argument("--plot", type=Path, help="write the frontier figure here")
+    p.add_argument("--x", choices=sorted(AXES), default="speed", help="the figure's x axis (default speed)")
     args = p.parse_args()
     runs = [load(s) for s in args.runs]
     print("\n".join(table(runs)))
+    if args.pair:
+        print("\n" + "\n".join(pair_lines(args.runs, args.pair)))
     if args.plot:
-        plot(runs, args.plot)
+        plot(runs, args.plot, args.x)
         print(f"\nwrote {args.plot}")
 
 
