@@ -8,7 +8,8 @@ accuracy change with its interval (the run's own figures, ``calibrate.json``) an
 by item, Tango's interval: ``task_table.py``'s). Settings of different runs pair only through their own
 strict: two shapes ran on two servers at two times.
 
-``--pair A/B`` (repeatable): two settings of each run against each other, prompt by prompt at fixed work:
+``--pair A/B`` (repeatable): two settings of each run against each other, prompt by prompt at fixed work
+(a DIR of the speed benchmark, ``scripts/lab/speed.py``, serves here too):
 the geometric mean over prompts of A's tokens per verify round over B's, with its bootstrap interval (the
 same prompts, passes of one run; the work per round does not move with the machine as tok/s does).
 
@@ -26,7 +27,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from task_table import by_task, paired_change  # noqa: E402  (shared with the per-task table)
 
-from sglang_asd.bench import runlog  # noqa: E402
+from sglang_asd.bench import runlog, speed  # noqa: E402
 from sglang_asd.bench.calibrate import LOG_KIND, LOG_NAME  # noqa: E402
 from sglang_asd.bench.stats import bootstrap_ci, geometric_mean  # noqa: E402
 
@@ -77,8 +78,11 @@ def table(runs: list[tuple[str, list[dict], dict]]) -> list[str]:
 
 
 def work_per_round(folder: Path) -> dict[str, dict[str, list[float]]]:
-    """setting -> prompt -> tokens per verify round at fixed work, one value per pass of the run log."""
-    _, records = runlog.read_log(folder / LOG_NAME, LOG_KIND)
+    """setting -> prompt -> tokens per verify round at fixed work, one value per pass of the run log: a
+    calibrate run's, or a speed benchmark's (``speed_passes.jsonl``, whose arms pair the same way)."""
+    calibrated = (folder / LOG_NAME).exists() or (folder / (LOG_NAME + ".gz")).exists()
+    _, records = runlog.read_log(folder / LOG_NAME, LOG_KIND) if calibrated else \
+        runlog.read_log(folder / speed.LOG_NAME, speed.LOG_KIND)
     out: dict = {}
     for r in records:
         if r.get("kind") == "pass":
@@ -151,14 +155,16 @@ def main() -> None:
     p.add_argument("runs", nargs="+", help="NAME:DIR, one calibrate run per drafter shape")
     p.add_argument("--pair", action="append", default=[], metavar="A/B",
                    help="two settings' tokens per verify round, prompt by prompt (repeatable)")
+    p.add_argument("--pair-only", action="store_true", help="print the --pair table alone (any run with passes)")
     p.add_argument("--plot", type=Path, help="write the frontier figure here")
     p.add_argument("--x", choices=sorted(AXES), default="speed", help="the figure's x axis (default speed)")
     args = p.parse_args()
-    runs = [load(s) for s in args.runs]
-    print("\n".join(table(runs)))
+    if not args.pair_only:
+        runs = [load(s) for s in args.runs]
+        print("\n".join(table(runs)))
     if args.pair:
-        print("\n" + "\n".join(pair_lines(args.runs, args.pair)))
-    if args.plot:
+        print(("" if args.pair_only else "\n") + "\n".join(pair_lines(args.runs, args.pair)))
+    if args.plot and not args.pair_only:
         plot(runs, args.plot, args.x)
         print(f"\nwrote {args.plot}")
 
