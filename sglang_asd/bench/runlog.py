@@ -34,17 +34,33 @@ class RunLogError(ValueError):
     """A log that cannot be used as asked (exists without --resume, other run, unreadable)."""
 
 
-def _describe(value: Any) -> str:
-    text = json.dumps(value, sort_keys=True, default=str)
-    return text if len(text) <= 160 else text[:157] + "..."
+DESCRIBE_CHARS = 160
+
+
+def _describe(stored: Any, current: Any) -> str:
+    """``stored X, now Y`` of two differing values as JSON, each cut to DESCRIBE_CHARS around where
+    the two texts first differ (two long launch lines that share their first 160 characters would
+    otherwise read the same)."""
+    a, b = (json.dumps(v, sort_keys=True, default=str) for v in (stored, current))
+    if max(len(a), len(b)) <= DESCRIBE_CHARS:
+        return f"stored {a}, now {b}"
+    first = next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
+    start = max(0, first - DESCRIBE_CHARS // 4)
+
+    def cut(text: str) -> str:
+        end = start + DESCRIBE_CHARS
+        return ("..." if start else "") + text[start:end] + ("..." if end < len(text) else "")
+
+    return f"stored {cut(a)}, now {cut(b)}"
 
 
 def fingerprint_diff(stored: Mapping[str, Any], current: Mapping[str, Any], partial: bool = False) -> list[str]:
-    """Human-readable differences (``key: stored X, now Y``); with ``partial`` only the keys of
-    ``current`` are compared (used before a server is up, when its part is not known yet)."""
+    """Human-readable differences (``key: stored X, now Y``, long values shown from near their first
+    difference); with ``partial`` only the keys of ``current`` are compared (used before a server is
+    up, when its part is not known yet)."""
     keys = list(current) if partial else sorted(set(stored) | set(current))
     norm = lambda v: json.loads(json.dumps(v, sort_keys=True, default=str))  # noqa: E731 (tuples == lists)
-    return [f"{k}: stored {_describe(stored.get(k))}, now {_describe(current.get(k))}"
+    return [f"{k}: {_describe(stored.get(k), current.get(k))}"
             for k in keys if norm(stored.get(k)) != norm(current.get(k))]
 
 

@@ -72,6 +72,21 @@ def test_fingerprint_diff_treats_tuples_as_lists():
     assert fingerprint_diff({"a": 1, "b": 2}, {"b": 2}, partial=True) == []
 
 
+def test_fingerprint_diff_shows_long_values_where_they_differ():
+    """Two launch lines that share their first 200 characters: the message shows the part that
+    differs, not two equal prefixes."""
+    common = "--model-path m " + "--flag-x 1 " * 20
+    diff = fingerprint_diff({"launch": common + "--speculative-num-steps 4"},
+                            {"launch": common + "--mem-fraction-static 0.8"})
+    assert len(diff) == 1
+    stored, now = diff[0].split(", now ")
+    assert stored.startswith("launch: stored ...") and "--speculative-num-steps 4" in stored
+    assert now.startswith("...") and "--mem-fraction-static 0.8" in now
+    assert "--model-path" not in diff[0]
+    # short values are shown whole
+    assert fingerprint_diff({"k": "a"}, {"k": "b"}) == ['k: stored "a", now "b"']
+
+
 def _publish(path):
     """What docs/measurements/publish.sh makes of a run log: NAME.jsonl -> NAME.jsonl.gz."""
     published = path.with_name(path.name + ".gz")

@@ -30,7 +30,7 @@
 #      (`asd_budget_per_token`) at the rates that spend 2 and 8 nats over 512 tokens.
 #   7. fly_k8, fly_tree: step 3 on the chain K = 8 (where relaxation gains most) and on the tree (topk 2,
 #      4 steps, 8 draft tokens: strict's best shape in the depth study): strict, asd 2 and 8, FLy, FLy
-#      under the ledger at 8; fixed work 24 prompts x 128 tokens x 3 repeats.
+#      under the ledger at 8; the same fixed work as step 3.
 # Steps 0-4 and 6 run on one server configuration (5 widens the gate, 7 changes the drafts), and each step's
 # quality phase takes the answers an earlier
 # step already has for the same setting and prompt (`calibrate --reuse-answers`, which checks that server,
@@ -56,7 +56,10 @@ if [ "${SMOKE:-0}" = 1 ]; then
 else
     PAIR="--model-path fixture:qwen2.5-coder-1.5b --speculative-algorithm STANDALONE \
 --speculative-draft-model-path fixture:qwen2.5-coder-0.5b --mem-fraction-static 0.8 --max-total-tokens 32768"
-    SERVER="$PAIR --speculative-num-steps 4 --speculative-eagle-topk 1 --speculative-num-draft-tokens 5 \
+    # the launch line every K = 4 step's answers were taken under, word for word (--reuse-answers compares it)
+    SERVER="--model-path fixture:qwen2.5-coder-1.5b --speculative-algorithm STANDALONE \
+--speculative-draft-model-path fixture:qwen2.5-coder-0.5b --speculative-num-steps 4 --speculative-eagle-topk 1 \
+--speculative-num-draft-tokens 5 --mem-fraction-static 0.8 --max-total-tokens 32768 \
 $RULE_CEILINGS ${SERVER_EXTRA:-}"
     SERVER_K8="$PAIR --speculative-num-steps 8 --speculative-eagle-topk 1 --speculative-num-draft-tokens 9 \
 $RULE_CEILINGS ${SERVER_EXTRA:-}"
@@ -110,11 +113,6 @@ step quick_k4 sglang_asd.calibrate --launch="$SERVER --asd-gate 8" --quick --tas
 step where_k4 sglang_asd.calibrate --launch="$SERVER" --budgets 8 \
     --arms "p64:asd_budget=8,asd_strict_prefix=64;$RATES" $COMMON $CALIB_ANSWERS --out "$OUT/where_k4"
 
-# fixed work here as issue 54's protocol: 24 prompts x 128 tokens x 3 repeats (as many passes as 72 x 1, and
-# a prompt's tok/s is its median over three passes: fly_k4 and calib timed the same b2 5% apart in one repeat)
-FLY_SPEED="--speed-prompts 24 --repeats 3"; [ "${SMOKE:-0}" = 1 ] && FLY_SPEED="--speed-prompts 2 --repeats 2"
-step fly_k8 sglang_asd.calibrate --launch="$SERVER_K8" --budgets 2,8 --arms "$FLY8" $COMMON $FLY_SPEED \
-    --out "$OUT/fly_k8"
-step fly_tree sglang_asd.calibrate --launch="$SERVER_TREE" --budgets 2,8 --arms "$FLY8" $COMMON $FLY_SPEED \
-    --out "$OUT/fly_tree"
+step fly_k8 sglang_asd.calibrate --launch="$SERVER_K8" --budgets 2,8 --arms "$FLY8" $COMMON --out "$OUT/fly_k8"
+step fly_tree sglang_asd.calibrate --launch="$SERVER_TREE" --budgets 2,8 --arms "$FLY8" $COMMON --out "$OUT/fly_tree"
 log "run.sh finished"
