@@ -114,7 +114,9 @@ def markdown(result: dict) -> str:
         lines += ["## Verdicts", ""]
         for v in result["recommendation"]["settings"]:
             lines.append(f"- {v['arm']}: " + ("meets every target" if v["meets"] else "does not qualify")
-                         + "".join(f"\n  - {c['name']} ({c['target']}): {c['why']}" for c in v["criteria"]))
+                         + "".join(f"\n  - {c['name']} ({c['target']}): {c['why']}"
+                                   + "".join(f"\n    - {t} alone: {tc['why']}" for t, tc in c.get("by_task", {}).items())
+                                   for c in v["criteria"]))
         lines += ["", "How each interval is made and read: docs/MEASURING.md, \"Choosing a budget: calibrate\"."]
     for w in result.get("warnings", []):
         lines.append(f"\n**warning**: {w}")

@@ -43,13 +43,13 @@ def test_tango_interval_bounds_are_where_the_score_test_turns():
 # ---------------------------------------------------------------- planted answers
 
 
-def _items(arm: Arm, n: int, wrong=(), differ=(), longer=(), answer_differs=()) -> list[dict]:
-    """``n`` answered prompts under ``arm``: correct except ``wrong``, text differing from strict's on
-    ``differ``, 10% longer on ``longer``, another final answer on ``answer_differs``."""
+def _items(arm: Arm, n: int, wrong=(), differ=(), longer=(), answer_differs=(), task="prompts") -> list[dict]:
+    """``n`` answered prompts of ``task`` under ``arm``: correct except ``wrong``, text differing from
+    strict's on ``differ``, 10% longer on ``longer``, another final answer on ``answer_differs``."""
     out = []
     for i in range(n):
         tag = f"p{i}"
-        out.append({"kind": "item", "arm": arm.label, "fields": dict(arm.fields), "task": "prompts", "tag": tag,
+        out.append({"kind": "item", "arm": arm.label, "fields": dict(arm.fields), "task": task, "tag": tag,
                     "seed": None, "ok": True, "text": "x", "completion_tokens": 110 if i in longer else 100,
                     "spec_verify_ct": 40, "receipt": {"applied": arm.label != "strict", "spent": 0.5 * (i % 3)},
                     "correct": i not in wrong, "answer": f"a{i}" + ("'" if i in answer_differs else ""),
@@ -85,6 +85,28 @@ def test_recommends_the_fastest_setting_whose_interval_meets_the_target():
     assert verdicts == {"b2": MEETS, "b8": MISSES}
     assert by["b2"]["divergence_share"] == 0.1 and by["b2"]["first_divergence"] == 7
     assert by["b8"]["spent_max"] == 1.0 and by["b8"]["spent_mean"] == pytest.approx(0.5, abs=0.01)
+
+
+def test_a_pooled_accuracy_verdict_names_the_task_it_does_not_hold_on():
+    """Two tasks: b2 gains 20 points on one and loses 3 on the other. Pooled it meets a 1-point target
+    and is recommended; the recommendation and the verdicts say that on the second task alone it
+    misses. A run of one task has no per-task verdicts."""
+    n = 500
+    items = (_items(STRICT_ARM, n, wrong=range(100), task="math") + _items(STRICT_ARM, n, task="code")
+             + _items(B2, n, task="math") + _items(B2, n, wrong=range(15), task="code"))
+    targets = Targets(max_accuracy_drop=1.0)
+    rows, rec = _rows(items, [STRICT_ARM, B2], [_speed_row("b2", 1.08, [1.05, 1.11])], targets)
+    b2 = {r["arm"]: r for r in rows}["b2"]
+    assert b2["acc_delta"] == pytest.approx(0.085) and b2["acc_delta_ci"][0] > 0
+    assert b2["acc_by_task"]["code"]["acc_delta"] == pytest.approx(-0.03) and b2["acc_by_task"]["code"]["lost"] == 15
+    (acc,) = rec["settings"][0]["criteria"]
+    assert acc["verdict"] == MEETS
+    assert {t: c["verdict"] for t, c in acc["by_task"].items()} == {"code": MISSES, "math": MEETS}
+    assert rec["found"] and rec["arm"] == "b2"
+    assert "not on code alone (accuracy change -3.0" in rec["why"] and "math alone" not in rec["why"]
+    one_task = _items(STRICT_ARM, n) + _items(B2, n, wrong=range(15))
+    _, rec1 = _rows(one_task, [STRICT_ARM, B2], [_speed_row("b2", 1.08, [1.05, 1.11])], targets)
+    assert "by_task" not in rec1["settings"][0]["criteria"][0] and "alone" not in rec1["why"]
 
 
 def test_none_meets_and_too_few_prompts_is_the_answer():
