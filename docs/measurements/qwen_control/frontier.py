@@ -68,8 +68,9 @@ def table(runs: list[tuple[str, list[dict], dict]]) -> list[str]:
         for r in rows:
             strict = r["arm"] == "strict"
             cells = [name, r["arm"], rule_of(r),
-                     "1.000" if strict else r["speed_cell"].replace(" (prompts)", "").replace(" (repeats)", ""),
-                     f"{r['accept_length']:.2f}" if strict else r["accept_cell"],
+                     "1.000" if strict else (r["speed_cell"] or "n/a").replace(" (prompts)", "").replace(" (repeats)", ""),
+                     (f"{r['accept_length']:.2f}" if r.get("accept_length") is not None else "n/a") if strict
+                     else r["accept_cell"] or "n/a",
                      f"{r['spent_mean']:.2f}, {r['spent_max']:.2f}",
                      "reference" if strict else r["acc_cell"].split(" (n=")[0]]
             cells += ["reference" if strict else task_delta(items[t], r["arm"]) for t in tasks]
@@ -100,8 +101,9 @@ def pair_lines(runs: list[str], pairs: list[str]) -> list[str]:
         work = work_per_round(Path(folder))
         for pair in pairs:
             a, _, b = pair.partition("/")
-            if a not in work or b not in work:
-                raise SystemExit(f"--pair {pair}: {name} has no fixed-work passes of {a if a not in work else b}")
+            if a not in work or b not in work:  # a shape may lack a setting another has, or a run its passes yet
+                out.append(f"| {name} | {a} / {b} | 0 | n/a (no fixed-work passes of {a if a not in work else b}) |")
+                continue
             tags = sorted(set(work[a]) & set(work[b]))
             ratios = [geometric_mean(work[a][t]) / geometric_mean(work[b][t]) for t in tags]
             lo, hi = bootstrap_ci(ratios, "gmean")
