@@ -139,7 +139,8 @@ def plot(runs: list[tuple[str, list[dict], dict]], path: Path, x_axis: str = "sp
             ax.errorbar(xs, ys, xerr=xerr, yerr=yerr, fmt=marker + "-", color=colour, alpha=0.85, capsize=2,
                         lw=1, label=f"{rule}, {name}")
             for x, y, r in zip(xs, ys, pts):
-                ax.annotate(r["arm"], (x, y), textcoords="offset points", xytext=(4, 4), fontsize=7)
+                label = r["arm"] if len(runs) == 1 else f"{r['arm']} {name}"
+                ax.annotate(label, (x, y), textcoords="offset points", xytext=(4, 4), fontsize=7)
         ax.plot([1.0], [0.0], marker, color="black")
     ax.axhline(0, color="gray", lw=0.6, ls=":")
     ax.axvline(1, color="gray", lw=0.6, ls=":")
