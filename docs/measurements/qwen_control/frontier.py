@@ -123,6 +123,7 @@ def plot(runs: list[tuple[str, list[dict], dict]], path: Path, x_axis: str = "sp
 
     x_key, x_ci, x_label = AXES[x_axis]
     fig, ax = plt.subplots(figsize=(8.5, 5.5))
+    labels = 0
     for (name, rows, _), marker in zip(runs, MARKERS):
         by_rule: dict[str, list[dict]] = {}
         for r in rows:
@@ -140,7 +141,10 @@ def plot(runs: list[tuple[str, list[dict], dict]], path: Path, x_axis: str = "sp
                         lw=1, label=f"{rule}, {name}")
             for x, y, r in zip(xs, ys, pts):
                 label = r["arm"] if len(runs) == 1 else f"{r['arm']} {name}"
-                ax.annotate(label, (x, y), textcoords="offset points", xytext=(4, 4), fontsize=7)
+                # alternate above and below, so two settings at one point (FLy with and without the ledger) both read
+                ax.annotate(label, (x, y), textcoords="offset points", xytext=(4, 4 if labels % 2 == 0 else -11),
+                            fontsize=7)
+                labels += 1
         ax.plot([1.0], [0.0], marker, color="black")
     ax.axhline(0, color="gray", lw=0.6, ls=":")
     ax.axvline(1, color="gray", lw=0.6, ls=":")
