@@ -67,10 +67,12 @@ def table(runs: list[tuple[str, list[dict], dict]]) -> list[str]:
     for name, rows, items in runs:
         for r in rows:
             strict = r["arm"] == "strict"
+            # speed and work cells are n/a in a run whose fixed-work passes have not run yet
+            work = (f"{r['accept_length']:.2f}" if r.get("accept_length") is not None else None) if strict \
+                else r["accept_cell"]
             cells = [name, r["arm"], rule_of(r),
                      "1.000" if strict else (r["speed_cell"] or "n/a").replace(" (prompts)", "").replace(" (repeats)", ""),
-                     (f"{r['accept_length']:.2f}" if r.get("accept_length") is not None else "n/a") if strict
-                     else r["accept_cell"] or "n/a",
+                     work or "n/a",
                      f"{r['spent_mean']:.2f}, {r['spent_max']:.2f}",
                      "reference" if strict else r["acc_cell"].split(" (n=")[0]]
             cells += ["reference" if strict else task_delta(items[t], r["arm"]) for t in tasks]
@@ -81,8 +83,7 @@ def table(runs: list[tuple[str, list[dict], dict]]) -> list[str]:
 def work_per_round(folder: Path) -> dict[str, dict[str, list[float]]]:
     """setting -> prompt -> tokens per verify round at fixed work, one value per pass of the run log: a
     calibrate run's, or a speed benchmark's (``speed_passes.jsonl``, whose arms pair the same way)."""
-    calibrated = (folder / LOG_NAME).exists() or (folder / (LOG_NAME + ".gz")).exists()
-    _, records = runlog.read_log(folder / LOG_NAME, LOG_KIND) if calibrated else \
+    _, records = runlog.read_log(folder / LOG_NAME, LOG_KIND) if runlog.exists(folder / LOG_NAME) else \
         runlog.read_log(folder / speed.LOG_NAME, speed.LOG_KIND)
     out: dict = {}
     for r in records:
