@@ -99,3 +99,49 @@ def test_depth_table_needs_the_reference_depth(tmp_path):
 def _scripts_import_the_package(monkeypatch):
     """The scripts run as files: the package must import from this checkout."""
     monkeypatch.setenv("PYTHONPATH", str(Path(__file__).resolve().parents[2]))
+
+
+def _import(module: str):
+    sys.path.insert(0, str(SCRIPTS))
+    try:
+        return __import__(module)
+    finally:
+        sys.path.remove(str(SCRIPTS))
+
+
+def test_draft_cost_model_finds_where_the_best_pair_reaches_the_target():
+    """Strict accepts 3 tokens per round at K = 4 and 4 at K = 8, ASD 6 at K = 8: strict's best is
+    K = 8 while 4 / (1 + 8 rho) > 3 / (1 + 4 rho), i.e. rho < 0.125 (ratio 1.5), then K = 4, where
+    ASD's best over it is 2 (1 + 4 rho) / (1 + 8 rho), 1.20 at rho = 0.5 and less beyond."""
+    dc = _import("draft_cost")
+    prompts = ("p0", "p1", "p2")
+    work = {("qwen_k4", "strict"): dict.fromkeys(prompts, 3.0), ("qwen_k8", "strict"): dict.fromkeys(prompts, 4.0),
+            ("qwen_k8", "b8"): dict.fromkeys(prompts, 6.0)}
+    strict, asd, r = dc.best_pair(work, 0.1)
+    assert (strict, asd) == (("qwen_k8", "strict"), ("qwen_k8", "b8")) and r[0] == pytest.approx(1.5)
+    strict, _, r = dc.best_pair(work, 0.3)
+    assert strict == ("qwen_k4", "strict") and r[0] == pytest.approx(2 * (1 + 1.2) / (1 + 2.4))
+    assert dc.reach(dc.sweep(work)) == (0.5, 0.5)
+    assert dc.reach(dc.sweep(work), target=2.0) == (None, None)
+
+
+def test_draft_cost_fits_the_hosts_round_time_on_the_chain(fake_server_url, tmp_path):
+    """The host's line through strict's seconds per round at K = 4 and K = 8 (two points: exact), and
+    the model's column at that rho beside depth.py's measured one, on runs the real tool made."""
+    for name in ("qwen_k4", "qwen_k8"):
+        assert speed.main(["--url", fake_server_url, *WORK, "--repeats", "1", "--out", str(tmp_path / name)]) == 0
+    dc = _import("draft_cost")
+    runs, _, cells = dc.collect(tmp_path)
+    work = dc.accepts(tmp_path)
+    v, d, rho = dc.host_rho(tmp_path, runs, work)
+    log = {name: [json.loads(line) for line in (tmp_path / name / "speed_passes.jsonl").read_text().splitlines()]
+           for name in ("qwen_k4", "qwen_k8")}
+    seconds = {name: sorted(r["latency_s"] / r["spec_verify_ct"] for p in recs if p.get("kind") == "pass"
+                            and p["arm"] == "strict" for r in p["requests"]) for name, recs in log.items()}
+    t4, t8 = (s[len(s) // 2] for s in (seconds["qwen_k4"], seconds["qwen_k8"]))  # 3 prompts: the median
+    assert d == pytest.approx((t8 - t4) / 4) and v == pytest.approx(t4 - 4 * d) and rho == pytest.approx(d / v)
+    out = _run("draft_cost.py", tmp_path)
+    assert out.startswith(f"Host fit: a verify round's fixed part {v:.3f} s, a draft step {d:.3f} s, rho = {rho:.2f}.")
+    row = [line.split("|") for line in out.splitlines() if line.startswith("| chain K=8 | b8 |")][0]
+    assert row[5].strip() == dc.fmt(cells[("qwen_k8", "b8")])
+    assert "- ASD's best reaches 1.20x strict's best up to rho = " in out

@@ -29,9 +29,10 @@ CONFIGS = {"qwen_k2": "chain K=2", "qwen_k4": "chain K=4", "qwen_k6": "chain K=6
 ARMS = ("strict", "b8", "b8g0.5")
 
 
-def per_prompt_tok_s(run: Path) -> dict[str, dict[str, float]]:
-    """arm -> prompt -> median over repeats of the request's tok/s (the speed tool's per-prompt rate:
-    output tokens / latency, ``speed_summary.request_rates``); a redone pass replaces its try."""
+def per_prompt(run: Path, measure=speed_summary.request_rates) -> dict[str, dict[str, float]]:
+    """arm -> prompt -> median over repeats of a request's ``measure`` (by default its tok/s, the speed
+    tool's per-prompt rate: output tokens / latency, ``speed_summary.request_rates``); a redone pass
+    replaces its try."""
     log = [json.loads(line) for line in runlog.read_text(run / "speed_passes.jsonl").splitlines() if line.strip()]
     last: dict[tuple, dict] = {}
     for rec in log:
@@ -39,8 +40,8 @@ def per_prompt_tok_s(run: Path) -> dict[str, dict[str, float]]:
             last[(rec["arm"], rec["repeat"], rec["index"])] = rec
     out: dict[str, dict[str, list]] = {}
     for (arm, _, _), rec in last.items():
-        for (prompt, _seed), rate in speed_summary.request_rates(rec).items():
-            out.setdefault(arm, {}).setdefault(prompt, []).append(rate)
+        for (prompt, _seed), value in measure(rec).items():
+            out.setdefault(arm, {}).setdefault(prompt, []).append(value)
     return {arm: {p: statistics.median(v) for p, v in by_prompt.items()} for arm, by_prompt in out.items()}
 
 
@@ -61,7 +62,7 @@ def collect(out: Path) -> tuple[dict, dict, dict]:
     runs, summaries = {}, {}
     for name in CONFIGS:
         if runlog.exists(out / name / "speed.json"):
-            runs[name] = per_prompt_tok_s(out / name)
+            runs[name] = per_prompt(out / name)
             summaries[name] = {a["arm"]: a for a in json.loads(runlog.read_text(out / name / "speed.json"))["arms"]}
     if "qwen_k4" not in runs:
         raise SystemExit(f"{out}/qwen_k4: no speed run (the reference depth)")
