@@ -145,3 +145,8 @@ def test_draft_cost_fits_the_hosts_round_time_on_the_chain(fake_server_url, tmp_
     row = [line.split("|") for line in out.splitlines() if line.startswith("| chain K=8 | b8 |")][0]
     assert row[5].strip() == dc.fmt(cells[("qwen_k8", "b8")])
     assert "- ASD's best reaches 1.20x strict's best up to rho = " in out
+    line = [ln for ln in dc.figure(tmp_path).axes[0].get_lines() if ln.get_label().startswith("ASD's best")][0]
+    assert list(line.get_ydata()) == pytest.approx([r[0] for *_, r in dc.sweep(work)])
+    png = tmp_path / "draft_cost.png"
+    assert f"figure: {png}" in _run("draft_cost.py", tmp_path, "--plot", png)
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

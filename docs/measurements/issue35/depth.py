@@ -99,11 +99,11 @@ def main(out: Path) -> str:
     return "\n".join(lines)
 
 
-def plot(out: Path, png: Path) -> Path:
-    """Write ``figure(out)`` to ``png``."""
+def plot(out: Path, png: Path, figure=None) -> Path:
+    """Write ``figure(out)`` (by default this table's) to ``png``."""
     import matplotlib.pyplot as plt
 
-    fig = figure(out)
+    fig = (figure or globals()["figure"])(out)
     png.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(png)
     plt.close(fig)
@@ -157,13 +157,19 @@ def figure(out: Path):
     return fig
 
 
-if __name__ == "__main__":
+def cli(doc: str, main, figure) -> None:
+    """The command line of a script over the sweep's folder: print ``main(OUT)``, and with ``--plot
+    PNG`` write ``figure(OUT)`` there."""
     import argparse
 
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("out", type=Path, help="the chain's output folder (qwen_k2 ... qwen_tree under it)")
+    ap = argparse.ArgumentParser(description=doc.split("\n\n")[0])
+    ap.add_argument("out", type=Path, help="the sweep's output folder (qwen_k2 ... qwen_tree under it)")
     ap.add_argument("--plot", type=Path, help="also write the figure to this PNG")
     args = ap.parse_args()
     print(main(args.out))
     if args.plot:
-        print(f"\nfigure: {plot(args.out, args.plot)}")
+        print(f"\nfigure: {plot(args.out, args.plot, figure)}")
+
+
+if __name__ == "__main__":
+    cli(__doc__, main, figure)

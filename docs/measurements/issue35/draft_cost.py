@@ -31,7 +31,7 @@ import math
 import statistics
 from pathlib import Path
 
-from depth import CONFIGS, collect, fmt, per_prompt, ratio
+from depth import CONFIGS, cli, collect, fmt, per_prompt, ratio
 from sglang_asd.bench import speed_summary
 
 STEPS = {"qwen_k2": 2, "qwen_k4": 4, "qwen_k6": 6, "qwen_k8": 8, "qwen_tree": 4}
@@ -127,7 +127,7 @@ def main(out: Path) -> str:
     return "\n".join(lines)
 
 
-def plot(out: Path, png: Path) -> Path:
+def figure(out: Path):
     """ASD's best against strict's best over rho, with its interval, the 1.20 line and the host's rho."""
     import matplotlib
 
@@ -158,19 +158,8 @@ def plot(out: Path, png: Path) -> Path:
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8, loc="upper right")
     fig.tight_layout()
-    png.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(png)
-    plt.close(fig)
-    return png
+    return fig
 
 
 if __name__ == "__main__":
-    import argparse
-
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("out", type=Path, help="the depth sweep's output folder (qwen_k2 ... qwen_tree under it)")
-    ap.add_argument("--plot", type=Path, help="also write the figure to this PNG")
-    args = ap.parse_args()
-    print(main(args.out))
-    if args.plot:
-        print(f"\nfigure: {plot(args.out, args.plot)}")
+    cli(__doc__, main, figure)
