@@ -31,6 +31,14 @@ def _per_prompt(run: Path) -> dict:
             for p in log if p.get("kind") == "pass" for r in p["requests"]}
 
 
+def _import(module: str):
+    sys.path.insert(0, str(SCRIPTS))
+    try:
+        return __import__(module)
+    finally:
+        sys.path.remove(str(SCRIPTS))
+
+
 def _gmean(xs):
     return math.exp(sum(map(math.log, xs)) / len(xs))
 
@@ -70,11 +78,7 @@ def test_depth_figure_draws_the_table(fake_server_url, tmp_path):
     depth, the right panel the arm's accept length, and --plot writes it."""
     for name in ("qwen_k4", "qwen_k8"):
         assert speed.main(["--url", fake_server_url, *WORK, "--repeats", "1", "--out", str(tmp_path / name)]) == 0
-    sys.path.insert(0, str(SCRIPTS))
-    try:
-        import depth
-    finally:
-        sys.path.remove(str(SCRIPTS))
+    depth = _import("depth")
     _, summaries, cells = depth.collect(tmp_path)
     fig = depth.figure(tmp_path)
     left, right = fig.axes
@@ -101,52 +105,71 @@ def _scripts_import_the_package(monkeypatch):
     monkeypatch.setenv("PYTHONPATH", str(Path(__file__).resolve().parents[2]))
 
 
-def _import(module: str):
-    sys.path.insert(0, str(SCRIPTS))
-    try:
-        return __import__(module)
-    finally:
-        sys.path.remove(str(SCRIPTS))
-
-
 def test_draft_cost_model_finds_where_the_best_pair_reaches_the_target():
     """Strict accepts 3 tokens per round at K = 4 and 4 at K = 8, ASD 6 at K = 8: strict's best is
     K = 8 while 4 / (1 + 8 rho) > 3 / (1 + 4 rho), i.e. rho < 0.125 (ratio 1.5), then K = 4, where
-    ASD's best over it is 2 (1 + 4 rho) / (1 + 8 rho), 1.20 at rho = 0.5 and less beyond."""
+    ASD's best over it is 2 (1 + 4 rho) / (1 + 8 rho): 1.19 at rho = 0.81 / 1.52 = 0.533, less beyond.
+    The tree counts its 4 draft forwards, not its 8 tokens: with K = 4's accepts it runs as fast."""
     dc = _import("draft_cost")
     prompts = ("p0", "p1", "p2")
     work = {("qwen_k4", "strict"): dict.fromkeys(prompts, 3.0), ("qwen_k8", "strict"): dict.fromkeys(prompts, 4.0),
-            ("qwen_k8", "b8"): dict.fromkeys(prompts, 6.0)}
-    strict, asd, r = dc.best_pair(work, 0.1)
-    assert (strict, asd) == (("qwen_k8", "strict"), ("qwen_k8", "b8")) and r[0] == pytest.approx(1.5)
-    strict, _, r = dc.best_pair(work, 0.3)
-    assert strict == ("qwen_k4", "strict") and r[0] == pytest.approx(2 * (1 + 1.2) / (1 + 2.4))
-    assert dc.reach(dc.sweep(work)) == (0.5, 0.5)
+            ("qwen_k8", "b8"): dict.fromkeys(prompts, 6.0), ("qwen_tree", "strict"): dict.fromkeys(prompts, 3.0)}
+    pair = dc.best_pair(work, 0.1)
+    assert (pair.strict, pair.asd) == (("qwen_k8", "strict"), ("qwen_k8", "b8")) and pair.ratio[0] == pytest.approx(1.5)
+    pair = dc.best_pair(work, 0.3)
+    assert pair.strict in {("qwen_k4", "strict"), ("qwen_tree", "strict")}
+    assert pair.ratio[0] == pytest.approx(2 * (1 + 1.2) / (1 + 2.4))
+    speed = dc.modelled(work, 0.3)
+    assert speed[("qwen_tree", "strict")] == speed[("qwen_k4", "strict")]
+    assert dc.reach(dc.sweep(work), target=1.19) == (0.53, 0.53)
     assert dc.reach(dc.sweep(work), target=2.0) == (None, None)
+
+
+def test_draft_cost_pairs_only_the_prompts_every_run_holds(tmp_path, monkeypatch):
+    dc = _import("draft_cost")
+    logs = {"qwen_k4": {"strict": {"p0": 3.0, "p1": 3.0}, "b8": {"p0": 4.0, "p1": 4.0}},
+            "qwen_k8": {"strict": {"p0": 4.0}}}
+    for name in logs:
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "speed_passes.jsonl").write_text("")
+    monkeypatch.setattr(dc, "per_prompt", lambda run, measure: logs[run.name])
+    assert dc.accepts(tmp_path) == {("qwen_k4", "strict"): {"p0": 3.0}, ("qwen_k4", "b8"): {"p0": 4.0},
+                                    ("qwen_k8", "strict"): {"p0": 4.0}}
 
 
 def test_draft_cost_fits_the_hosts_round_time_on_the_chain(fake_server_url, tmp_path):
     """The host's line through strict's seconds per round at K = 4 and K = 8 (two points: exact), and
-    the model's column at that rho beside depth.py's measured one, on runs the real tool made."""
+    the model's column at that rho, both recomputed from the logs the real tool wrote."""
     for name in ("qwen_k4", "qwen_k8"):
         assert speed.main(["--url", fake_server_url, *WORK, "--repeats", "1", "--out", str(tmp_path / name)]) == 0
     dc = _import("draft_cost")
     runs, _, cells = dc.collect(tmp_path)
     work = dc.accepts(tmp_path)
-    v, d, rho = dc.host_rho(tmp_path, runs, work)
+    fit = dc.host_fit(runs, work)
     log = {name: [json.loads(line) for line in (tmp_path / name / "speed_passes.jsonl").read_text().splitlines()]
            for name in ("qwen_k4", "qwen_k8")}
-    seconds = {name: sorted(r["latency_s"] / r["spec_verify_ct"] for p in recs if p.get("kind") == "pass"
-                            and p["arm"] == "strict" for r in p["requests"]) for name, recs in log.items()}
+
+    def per_request(name, arm, measure):
+        return {r["tag"]: measure(r) for p in log[name] if p.get("kind") == "pass" and p["arm"] == arm
+                for r in p["requests"]}
+
+    seconds = {name: sorted(per_request(name, "strict", lambda r: r["latency_s"] / r["spec_verify_ct"]).values())
+               for name in log}
     t4, t8 = (s[len(s) // 2] for s in (seconds["qwen_k4"], seconds["qwen_k8"]))  # 3 prompts: the median
-    assert d == pytest.approx((t8 - t4) / 4) and v == pytest.approx(t4 - 4 * d) and rho == pytest.approx(d / v)
+    assert fit.per_step_s == pytest.approx((t8 - t4) / 4) and fit.fixed_s == pytest.approx(t4 - 4 * fit.per_step_s)
     out = _run("draft_cost.py", tmp_path)
-    assert out.startswith(f"Host fit: a verify round's fixed part {v:.3f} s, a draft step {d:.3f} s, rho = {rho:.2f}.")
+    assert out.startswith(f"Host fit: a round's fixed part {fit.fixed_s:.3f} s, one more step of depth "
+                          f"{fit.per_step_s:.3f} s, rho = {fit.rho:.2f}.")
     row = [line.split("|") for line in out.splitlines() if line.startswith("| chain K=8 | b8 |")][0]
+    accept = {(n, a): per_request(n, a, lambda r: r["completion_tokens"] / r["spec_verify_ct"])
+              for n in log for a in ("strict", "b8")}
+    model = _gmean([accept[("qwen_k8", "b8")][p] / accept[("qwen_k4", "strict")][p] * (1 + 4 * fit.rho)
+                    / (1 + 8 * fit.rho) for p in accept[("qwen_k8", "b8")]])
+    assert row[4].strip().startswith(f"{model:.3f} [")
     assert row[5].strip() == dc.fmt(cells[("qwen_k8", "b8")])
-    assert "- ASD's best reaches 1.20x strict's best up to rho = " in out
+    assert "- ASD's best runs at least 1.20x strict's best from rho 0 up to rho = " in out
     line = [ln for ln in dc.figure(tmp_path).axes[0].get_lines() if ln.get_label().startswith("ASD's best")][0]
-    assert list(line.get_ydata()) == pytest.approx([r[0] for *_, r in dc.sweep(work)])
+    assert list(line.get_ydata()) == pytest.approx([pair.ratio[0] for _, pair in dc.sweep(work)])
     png = tmp_path / "draft_cost.png"
     assert f"figure: {png}" in _run("draft_cost.py", tmp_path, "--plot", png)
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

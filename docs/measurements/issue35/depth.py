@@ -27,6 +27,9 @@ from sglang_asd.bench import runlog, speed_summary, stats
 CONFIGS = {"qwen_k2": "chain K=2", "qwen_k4": "chain K=4", "qwen_k6": "chain K=6", "qwen_k8": "chain K=8",
            "qwen_tree": "tree, topk 2, 4 steps, 8 tokens"}
 ARMS = ("strict", "b8", "b8g0.5")
+# Draft forwards per round: the tree runs 4 steps of 2 candidates each.
+STEPS = {"qwen_k2": 2, "qwen_k4": 4, "qwen_k6": 6, "qwen_k8": 8, "qwen_tree": 4}
+CHAINS = ("qwen_k2", "qwen_k4", "qwen_k6", "qwen_k8")
 
 
 def per_prompt(run: Path, measure=speed_summary.request_rates) -> dict[str, dict[str, float]]:
@@ -99,17 +102,6 @@ def main(out: Path) -> str:
     return "\n".join(lines)
 
 
-def plot(out: Path, png: Path, figure=None) -> Path:
-    """Write ``figure(out)`` (by default this table's) to ``png``."""
-    import matplotlib.pyplot as plt
-
-    fig = (figure or globals()["figure"])(out)
-    png.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(png)
-    plt.close(fig)
-    return png
-
-
 def _yerr(cells: list) -> list:
     """matplotlib's asymmetric error bars (below, above) for ratios with their intervals."""
     return [[c[0] - c[1][0] for c in cells], [c[1][1] - c[0] for c in cells]]
@@ -125,7 +117,7 @@ def figure(out: Path):
     import matplotlib.pyplot as plt
 
     _, summaries, cells = collect(out)
-    steps = {"qwen_k2": 2, "qwen_k4": 4, "qwen_k6": 6, "qwen_k8": 8}
+    steps = {n: STEPS[n] for n in CHAINS}
     style = {"strict": ("black", "strict (budget 0)"), "b8": ("tab:blue", "budget 8, gate 0.25"),
              "b8g0.5": ("tab:orange", "budget 8, gate 0.5")}
     fig, (left, right) = plt.subplots(1, 2, figsize=(10.0, 4.2), dpi=120)
@@ -157,9 +149,20 @@ def figure(out: Path):
     return fig
 
 
-def cli(doc: str, main, figure) -> None:
+def plot(out: Path, png: Path, make_figure=figure) -> Path:
+    """Write ``make_figure(out)`` (by default this table's figure) to ``png``."""
+    import matplotlib.pyplot as plt
+
+    fig = make_figure(out)
+    png.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(png)
+    plt.close(fig)
+    return png
+
+
+def cli(doc: str, main, make_figure) -> None:
     """The command line of a script over the sweep's folder: print ``main(OUT)``, and with ``--plot
-    PNG`` write ``figure(OUT)`` there."""
+    PNG`` write ``make_figure(OUT)`` there."""
     import argparse
 
     ap = argparse.ArgumentParser(description=doc.split("\n\n")[0])
@@ -168,7 +171,7 @@ def cli(doc: str, main, figure) -> None:
     args = ap.parse_args()
     print(main(args.out))
     if args.plot:
-        print(f"\nfigure: {plot(args.out, args.plot, figure)}")
+        print(f"\nfigure: {plot(args.out, args.plot, make_figure)}")
 
 
 if __name__ == "__main__":

@@ -19,111 +19,141 @@ with a 95% bootstrap interval over prompts. Picking the best on the same prompts
 
 It also fits ``rho`` on the host that ran the sweep: strict's time per round (latency over verify
 rounds, median over prompts) against the chain's draft steps, a least-squares line ``V + D * steps``,
-``rho = D / V``; and it sets the model's tok/s against strict at K = 4 at that ``rho`` beside the
+``rho = D / V``, where ``D`` is what one more step of depth costs there (the draft's forward and the
+verify's one more token); and it sets the model's tok/s against strict at K = 4 at that ``rho`` beside the
 measured ones (``depth.py``'s per-prompt ratios), which says how far to trust it on that host.
 ``--plot PNG`` draws ASD's best against strict's best over ``rho``.
 """
 
 from __future__ import annotations
 
-import json
-import math
 import statistics
 from pathlib import Path
+from typing import NamedTuple
 
-from depth import CONFIGS, cli, collect, fmt, per_prompt, ratio
+from depth import ARMS, CHAINS, CONFIGS, STEPS, cli, collect, fmt, per_prompt, ratio
 from sglang_asd.bench import speed_summary
 
-STEPS = {"qwen_k2": 2, "qwen_k4": 4, "qwen_k6": 6, "qwen_k8": 8, "qwen_tree": 4}
-CHAINS = ("qwen_k2", "qwen_k4", "qwen_k6", "qwen_k8")
 TARGET = 1.20
 RHOS = [round(0.01 * i, 2) for i in range(0, 81)]
+SHORT = {"qwen_k2": "K=2", "qwen_k4": "K=4", "qwen_k6": "K=6", "qwen_k8": "K=8", "qwen_tree": "tree"}
+
+Key = tuple[str, str]  # (run, arm)
 
 
-def accepts(out: Path) -> dict[tuple[str, str], dict[str, float]]:
-    """(run, arm) -> prompt -> tokens per verify round, median over repeats."""
-    return {(name, arm): by_prompt
+class HostFit(NamedTuple):
+    fixed_s: float  # a round's fixed part, seconds
+    per_step_s: float  # one more step of depth, seconds
+    rho: float
+
+
+class BestPair(NamedTuple):
+    strict: Key
+    asd: Key
+    ratio: tuple[float, tuple[float, float]]  # ASD's best over strict's best per prompt, with its interval
+
+
+def accepts(out: Path) -> dict[Key, dict[str, float]]:
+    """(run, arm) -> prompt -> tokens per verify round, median over repeats, for the arms of ``ARMS``
+    and only the prompts every (run, arm) holds, so that every ratio pairs the same prompts."""
+    work = {(name, arm): by_prompt
             for name in STEPS if (out / name).is_dir() and any((out / name).glob("speed_passes.jsonl*"))
-            for arm, by_prompt in per_prompt(out / name, speed_summary.request_accept_lengths).items()}
+            for arm, by_prompt in per_prompt(out / name, speed_summary.request_accept_lengths).items()
+            if arm in ARMS}
+    shared = set.intersection(*(set(v) for v in work.values())) if work else set()
+    return {key: {p: v for p, v in by_prompt.items() if p in shared} for key, by_prompt in work.items()}
 
 
-def host_rho(out: Path, rates: dict, work: dict) -> tuple[float, float, float]:
-    """(V, D, rho): the least-squares line through strict's time per round (seconds, median over
-    prompts of tokens per round over tok/s) against the chain's draft steps."""
+def host_fit(rates: dict, work: dict) -> HostFit:
+    """The least-squares line through strict's time per round (seconds, median over prompts of tokens
+    per round over tok/s) against the chain's draft steps. Its slope is what one more step of depth
+    costs: the draft's forward, and the verify's one more token (on the tree's evidence, little)."""
     pts = []
     for name in CHAINS:
         if (name, "strict") in work and name in rates:
             w, r = work[(name, "strict")], rates[name]["strict"]
             pts.append((STEPS[name], statistics.median(w[p] / r[p] for p in w if p in r)))
     if len(pts) < 2:
-        raise SystemExit(f"{out}: fewer than two chain depths with a strict run; no line to fit")
+        raise SystemExit("fewer than two chain depths with a strict run: no line to fit")
     mx, my = statistics.fmean(x for x, _ in pts), statistics.fmean(y for _, y in pts)
     d = sum((x - mx) * (y - my) for x, y in pts) / sum((x - mx) ** 2 for x, _ in pts)
     v = my - d * mx
-    return v, d, d / v
+    return HostFit(v, d, d / v)
 
 
-def modelled(work: dict, rho: float) -> dict[tuple[str, str], dict[str, float]]:
+def modelled(work: dict, rho: float) -> dict[Key, dict[str, float]]:
     """(run, arm) -> prompt -> modelled speed, tokens per round over the round's cost."""
     return {key: {p: w / (1.0 + rho * STEPS[key[0]]) for p, w in by_prompt.items()} for key, by_prompt in work.items()}
 
 
-def gmean(by_prompt: dict[str, float]) -> float:
-    return math.exp(statistics.fmean(math.log(v) for v in by_prompt.values()))
-
-
-def best_pair(work: dict, rho: float) -> tuple[tuple, tuple, tuple[float, tuple[float, float]]]:
-    """(strict's best (run, arm), ASD's best (run, arm), ASD's best against strict's best per prompt)."""
+def best_pair(work: dict, rho: float) -> BestPair:
+    """Strict's best (run, arm) and ASD's best by the geometric mean over prompts of their modelled
+    speed, and ASD's best against strict's best per prompt."""
     speed = modelled(work, rho)
-    strict = max((k for k in speed if k[1] == "strict"), key=lambda k: gmean(speed[k]))
-    asd = max((k for k in speed if k[1] != "strict"), key=lambda k: gmean(speed[k]))
-    return strict, asd, ratio(speed[asd], speed[strict])
+
+    def best(keys):
+        return max(keys, key=lambda k: statistics.geometric_mean(speed[k].values()))
+
+    strict = best(k for k in speed if k[1] == "strict")
+    asd = best(k for k in speed if k[1] != "strict")
+    return BestPair(strict, asd, ratio(speed[asd], speed[strict]))
 
 
-def sweep(work: dict) -> list[tuple[float, tuple, tuple, tuple]]:
-    return [(rho, *best_pair(work, rho)) for rho in RHOS]
+def sweep(work: dict) -> list[tuple[float, BestPair]]:
+    return [(rho, best_pair(work, rho)) for rho in RHOS]
 
 
 def reach(rows: list, target: float = TARGET) -> tuple[float | None, float | None]:
-    """The largest rho at which ASD's best runs ``target`` x strict's best: by the point estimate,
-    and by the interval's lower end (None where no rho of the sweep does)."""
-    point = [rho for rho, _, _, r in rows if r[0] >= target]
-    lower = [rho for rho, _, _, r in rows if r[1][0] >= target]
-    return (max(point) if point else None), (max(lower) if lower else None)
+    """The rho up to which ASD's best runs at least ``target`` x strict's best without a break from
+    rho 0: by the point estimate, and by the interval's lower end (None where rho 0 misses it)."""
+    def up_to(ok) -> float | None:
+        last = None
+        for rho, pair in rows:
+            if not ok(pair.ratio):
+                break
+            last = rho
+        return last
+
+    return up_to(lambda r: r[0] >= target), up_to(lambda r: r[1][0] >= target)
 
 
-def name(key: tuple) -> str:
+def label(key: Key) -> str:
     return f"{CONFIGS[key[0]]}, {key[1]}"
 
 
 def main(out: Path) -> str:
     runs, _, cells = collect(out)
     work = accepts(out)
-    v, d, rho_host = host_rho(out, runs, work)
-    ref = modelled(work, rho_host)[("qwen_k4", "strict")]
-    lines = [f"Host fit: a verify round's fixed part {v:.3f} s, a draft step {d:.3f} s, rho = {rho_host:.2f}.", "",
+    fit = host_fit(runs, work)
+    host = modelled(work, fit.rho)
+    ref = host[("qwen_k4", "strict")]
+    lines = [f"Host fit: a round's fixed part {fit.fixed_s:.3f} s, one more step of depth {fit.per_step_s:.3f} s, "
+             f"rho = {fit.rho:.2f}.", "",
              "| drafts | arm | tokens / round | model at host rho, vs strict at K=4 | measured, vs strict at K=4 |",
              "| --- | --- | ---: | --- | --- |"]
-    host = modelled(work, rho_host)
-    for key in sorted(work, key=lambda k: (list(STEPS).index(k[0]), k[1])):
-        if key not in cells:
-            continue
-        lines.append(f"| {CONFIGS[key[0]]} | {key[1]} | {statistics.median(work[key].values()):.2f} "
-                     f"| {fmt(ratio(host[key], ref))} | {fmt(cells[key])} |")
+    for name in STEPS:
+        for arm in ARMS:
+            if (name, arm) in work and (name, arm) in cells:
+                lines.append(f"| {CONFIGS[name]} | {arm} | {statistics.median(work[(name, arm)].values()):.2f} "
+                             f"| {fmt(ratio(host[(name, arm)], ref))} | {fmt(cells[(name, arm)])} |")
     rows = sweep(work)
     lines += ["", "| rho | strict's best | ASD's best | ASD's best vs strict's best, per prompt [95% CI] |",
               "| ---: | --- | --- | --- |"]
-    shown = sorted({0.0, 0.05, 0.1, 0.15, 0.2, 0.3, 0.5, round(rho_host, 2)})
-    for rho, strict, asd, r in rows:
-        if rho in shown:
-            lines.append(f"| {rho:.2f} | {name(strict)} | {name(asd)} | {fmt(r)} |")
+    shown = {0.0, 0.05, 0.1, 0.15, 0.2, 0.3, 0.5, round(fit.rho, 2)}
+    lines += [f"| {rho:.2f} | {label(pair.strict)} | {label(pair.asd)} | {fmt(pair.ratio)} |"
+              for rho, pair in rows if rho in shown]
     point, lower = reach(rows)
-    at_host = best_pair(work, rho_host)
-    lines += ["", f"- at the host's rho {rho_host:.2f}: {name(at_host[1])} against {name(at_host[0])}, "
-                  f"{fmt(at_host[2])} (the model)",
-              f"- ASD's best reaches {TARGET:.2f}x strict's best up to rho = "
-              f"{'none of the sweep' if point is None else f'{point:.2f}'} (point estimate), "
-              f"{'none of the sweep' if lower is None else f'{lower:.2f}'} (lower end of the interval)"]
+
+    def bound(rho):
+        if rho is None:
+            return "no rho of the sweep"
+        return f"{rho:.2f}" + (" (the sweep's end)" if rho == RHOS[-1] else "")
+
+    at_host = best_pair(work, fit.rho)
+    lines += ["", f"- at the host's rho {fit.rho:.2f}: {label(at_host.asd)} against {label(at_host.strict)}, "
+                  f"{fmt(at_host.ratio)} (the model)",
+              f"- ASD's best runs at least {TARGET:.2f}x strict's best from rho 0 up to rho = {bound(point)} "
+              f"(point estimate), {bound(lower)} (lower end of the interval)"]
     return "\n".join(lines)
 
 
@@ -136,22 +166,22 @@ def figure(out: Path):
 
     runs, _, _ = collect(out)
     work = accepts(out)
-    _, _, rho_host = host_rho(out, runs, work)
+    rho_host = host_fit(runs, work).rho
     rows = sweep(work)
     xs = [rho for rho, *_ in rows]
     fig, ax = plt.subplots(figsize=(7.0, 4.2), dpi=120)
-    ax.fill_between(xs, [r[1][0] for *_, r in rows], [r[1][1] for *_, r in rows], color="tab:blue", alpha=0.2,
-                    label="95% CI over prompts")
-    ax.plot(xs, [r[0] for *_, r in rows], color="tab:blue", lw=1.5, label="ASD's best / strict's best (model)")
+    ax.fill_between(xs, [p.ratio[1][0] for _, p in rows], [p.ratio[1][1] for _, p in rows], color="tab:blue",
+                    alpha=0.2, label="95% CI over prompts")
+    ax.plot(xs, [p.ratio[0] for _, p in rows], color="tab:blue", lw=1.5, label="ASD's best / strict's best (model)")
     ax.axhline(TARGET, color="tab:red", lw=0.8, ls="--", label=f"{TARGET:.2f}x")
     ax.axhline(1.0, color="grey", lw=0.8)
     ax.axvline(rho_host, color="black", lw=0.8, ls=":", label=f"this CPU host, rho {rho_host:.2f}")
     last = None
-    for rho, strict, asd, r in rows:  # name the pair wherever the winners change
-        if (strict, asd) != last:
-            ax.annotate(f"{strict[0][5:]} / {asd[0][5:]} {asd[1]}", (rho, r[0]), fontsize=7, rotation=30,
-                        xytext=(2, 4), textcoords="offset points")
-            last = (strict, asd)
+    for rho, pair in rows:  # name the pair wherever the winners change
+        if (pair.strict, pair.asd) != last:
+            ax.annotate(f"{SHORT[pair.strict[0]]} / {SHORT[pair.asd[0]]} {pair.asd[1]}", (rho, pair.ratio[0]),
+                        fontsize=7, rotation=30, xytext=(2, 4), textcoords="offset points")
+            last = (pair.strict, pair.asd)
     ax.set_xlabel("rho: one draft step's cost against a verify round's fixed part")
     ax.set_ylabel("speed, ASD's best over strict's best")
     ax.set_title("Qwen pair depth sweep, modelled (labels: strict's best / ASD's best and its arm)", fontsize=10)
