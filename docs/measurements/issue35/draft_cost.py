@@ -32,11 +32,11 @@ from pathlib import Path
 from typing import NamedTuple
 
 from depth import ARMS, CHAINS, CONFIGS, STEPS, cli, collect, fmt, per_prompt, ratio
-from sglang_asd.bench import speed_summary
+from sglang_asd.bench import runlog, speed_summary
 
 TARGET = 1.20
 RHOS = [round(0.01 * i, 2) for i in range(0, 81)]
-SHORT = {"qwen_k2": "K=2", "qwen_k4": "K=4", "qwen_k6": "K=6", "qwen_k8": "K=8", "qwen_tree": "tree"}
+SHORT = {name: CONFIGS[name].split(",")[0].removeprefix("chain ") for name in CONFIGS}  # "K=2" ... "tree"
 
 Key = tuple[str, str]  # (run, arm)
 
@@ -57,7 +57,7 @@ def accepts(out: Path) -> dict[Key, dict[str, float]]:
     """(run, arm) -> prompt -> tokens per verify round, median over repeats, for the arms of ``ARMS``
     and only the prompts every (run, arm) holds, so that every ratio pairs the same prompts."""
     work = {(name, arm): by_prompt
-            for name in STEPS if (out / name).is_dir() and any((out / name).glob("speed_passes.jsonl*"))
+            for name in STEPS if runlog.exists(out / name / "speed_passes.jsonl")
             for arm, by_prompt in per_prompt(out / name, speed_summary.request_accept_lengths).items()
             if arm in ARMS}
     shared = set.intersection(*(set(v) for v in work.values())) if work else set()
